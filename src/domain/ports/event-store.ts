@@ -1,0 +1,144 @@
+// The event store port. The command layer and the projections depend on this interface only;
+// src/adapters/eventstore/{postgres,eventstoredb} implement it, and test/contract holds the one
+// suite every implementation must pass.
+
+/** Revision of the last event in a stream: the first event of a stream has revision 0. */
+export type StreamRevision = number;
+
+/**
+ * What an append expects the stream to be at:
+ * - a number: the stream's last event has exactly this revision;
+ * - 'no_stream': the stream has no event yet;
+ * - 'any': no check (used only where the caller does not decide on the stream's state).
+ */
+export type ExpectedRevision = StreamRevision | 'no_stream' | 'any';
+
+/**
+ * Position of an event in the store's global order. Readers order by (commit, prepare):
+ * on PostgreSQL commit is the writing transaction's id and prepare the identity column
+ * (`events.transaction_id`, `events.global_position`); on EventStoreDB they are its own
+ * commit and prepare positions. Compare positions with `comparePositions`, never by one field.
+ */
+export interface GlobalPosition {
+  readonly commit: bigint;
+  readonly prepare: bigint;
+}
+
+export const START: GlobalPosition = { commit: 0n, prepare: 0n };
+
+export const comparePositions = (a: GlobalPosition, b: GlobalPosition): number =>
+  a.commit === b.commit
+    ? a.prepare === b.prepare ? 0 : a.prepare < b.prepare ? -1 : 1
+    : a.commit < b.commit ? -1 : 1;
+
+export type JsonObject = { readonly [k: string]: unknown };
+
+export interface EventToAppend {
+  readonly type: string;
+  /** Must be JSON-serialisable. */
+  readonly data: JsonObject;
+  readonly metadata?: JsonObject;
+  /** Defaults to a random UUID. */
+  readonly eventId?: string;
+}
+
+export interface RecordedEvent {
+  readonly stream: string;
+  readonly revision: StreamRevision;
+  readonly position: GlobalPosition;
+  readonly type: string;
+  readonly data: JsonObject;
+  readonly metadata: JsonObject;
+  readonly eventId: string;
+  readonly created: Date;
+}
+
+export interface StreamAppend {
+  readonly stream: string;
+  readonly expected: ExpectedRevision;
+  readonly events: readonly EventToAppend[];
+}
+
+export interface AppendResult {
+  readonly stream: string;
+  /** Revision of the last event written: the expected revision for the next append. */
+  readonly nextExpectedRevision: StreamRevision;
+  /** Position of the last event written. */
+  readonly position: GlobalPosition;
+}
+
+/** The stream was not at the expected revision. Nothing of the append (or of its batch) was written. */
+export class WrongExpectedRevisionError extends Error {
+  override readonly name = 'WrongExpectedRevisionError';
+  constructor(
+    readonly stream: string,
+    readonly expected: ExpectedRevision,
+    readonly actual: StreamRevision | 'no_stream',
+  ) {
+    super(`stream ${JSON.stringify(stream)}: expected revision ${String(expected)}, actual ${String(actual)}`);
+  }
+}
+
+export interface ReadStreamOptions {
+  /** First revision to return (inclusive). Default 0. */
+  readonly fromRevision?: StreamRevision;
+  readonly maxCount?: number;
+}
+
+export interface ReadAllOptions {
+  /** Return events strictly after this position. Default: from the start. */
+  readonly after?: GlobalPosition;
+  /** Only streams whose name starts with this prefix. */
+  readonly streamPrefix?: string;
+  readonly maxCount?: number;
+}
+
+export interface SubscribeOptions extends Omit<ReadAllOptions, 'maxCount'> {
+  /** Events handed to the handler at most at once. */
+  readonly batchSize?: number;
+  /** Polling interval when no notification arrives. */
+  readonly pollIntervalMs?: number;
+}
+
+export interface Subscription {
+  /** Stops reading; resolves after the handler call in progress (if any) has returned. */
+  stop(): Promise<void>;
+  /** Resolves (or rejects with the handler's error) when the subscription ends. */
+  readonly done: Promise<void>;
+}
+
+export interface EventStore {
+  /** Appends atomically: all of `events` or none. */
+  append(stream: string, expected: ExpectedRevision, events: readonly EventToAppend[]): Promise<AppendResult>;
+  /**
+   * Appends to several streams in one transaction, each with its own expected revision: all or
+   * nothing. A conflict on any stream throws WrongExpectedRevisionError naming that stream.
+   */
+  appendMany(appends: readonly StreamAppend[]): Promise<AppendResult[]>;
+  /** Events of one stream in revision order; [] for a stream that does not exist. */
+  readStream(stream: string, options?: ReadStreamOptions): Promise<RecordedEvent[]>;
+  /** Events of every stream (or those with a prefix) in global order, only once no earlier event can still appear. */
+  readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
+  /**
+   * Catch-up subscription: hands events in global order to `handler`, one batch at a time, never
+   * skipping an event that commits late. Wakes on the store's notifications, polls as a fallback.
+   * A handler that throws ends the subscription (its `done` rejects).
+   */
+  subscribe(options: SubscribeOptions, handler: (events: readonly RecordedEvent[]) => Promise<void>): Subscription;
+  close(): Promise<void>;
+}
+
+/** Versioned state snapshots of a stream, so loading does not read a long stream from the start. */
+export interface Snapshot {
+  readonly stream: string;
+  /** Revision of the last event folded into `state`. */
+  readonly revision: StreamRevision;
+  readonly schemaVersion: number;
+  readonly state: JsonObject;
+}
+
+export interface SnapshotStore {
+  /** The newest snapshot of the stream, if any. */
+  load(stream: string): Promise<Snapshot | undefined>;
+  save(snapshot: Snapshot): Promise<void>;
+}

@@ -1,0 +1,24 @@
+import { defineConfig } from 'vitest/config';
+
+// unit: pure, no I/O. int: real PostgreSQL (see test/support/global-setup.ts for how one is found).
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        test: {
+          name: 'unit',
+          include: ['test/**/*.unit.test.ts'],
+        },
+      },
+      {
+        test: {
+          name: 'int',
+          include: ['test/**/*.int.test.ts'],
+          globalSetup: ['test/support/global-setup.ts'],
+          testTimeout: 60_000,
+          hookTimeout: 120_000,
+        },
+      },
+    ],
+  },
+});
