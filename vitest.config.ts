@@ -1,6 +1,6 @@
 import { defineConfig } from 'vitest/config';
 
-// unit: pure, no I/O. int: real PostgreSQL (see test/support/global-setup.ts for how one is found).
+// unit: pure, no I/O. int/e2e: real PostgreSQL (see test/support/global-setup.ts for how one is found).
 export default defineConfig({
   test: {
     projects: [
@@ -17,6 +17,15 @@ export default defineConfig({
           globalSetup: ['test/support/global-setup.ts'],
           testTimeout: 60_000,
           hookTimeout: 120_000,
+        },
+      },
+      {
+        test: {
+          name: 'e2e',
+          include: ['test/**/*.e2e.test.ts'],
+          globalSetup: ['test/support/global-setup.ts'],
+          testTimeout: 180_000,
+          hookTimeout: 300_000,
         },
       },
     ],
