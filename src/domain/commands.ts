@@ -1,0 +1,88 @@
+import * as E from 'fp-ts/lib/Either.js';
+import * as t from 'io-ts';
+import { Jitter, JsonArgs, Key, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, Time, ValidationError, decodeWith } from './values.js';
+
+// The commands a key's decider takes, as io-ts codecs: the command layer decodes every command
+// with them before deciding, so the decider trusts their shape and guards only what depends on
+// the key's state.
+
+const Id = NonEmptyString(200);
+const By = NonEmptyString(200);
+
+export const JobSpec = t.intersection([
+  t.type({
+    jobId: Id,
+    name: Name,
+    /** JSON handed to the handler. */
+    args: JsonArgs,
+    queue: QueueName,
+    /** Smaller runs first. */
+    priority: Priority,
+    maxAttempts: MaxAttempts,
+    /** When the job is due (epoch ms); due at once when null or not later than now. */
+    runAt: t.union([Time, t.null]),
+  }),
+  /** The job's own lease; the key's lease when absent. */
+  t.partial({ leaseMs: LeaseMs }),
+]);
+export type JobSpec = t.TypeOf<typeof JobSpec>;
+
+/** The key's limit and lease as an enqueue sees them; absent means "keep the key's" (DEFAULT_LIMIT and DEFAULT_LEASE_MS for a new key). */
+const KeyPolicy = t.partial({ limit: Limit, leaseMs: LeaseMs });
+
+const command = <T extends string, P extends t.Props>(type: T, props: P) => t.type({ type: t.literal(type), ...props }, type);
+const withOptional = <A extends t.Mixed, P extends t.Props>(base: A, optional: P) => t.intersection([base, t.partial(optional)]);
+
+export const Enqueue = t.intersection([command('Enqueue', { job: JobSpec }), KeyPolicy]);
+/** A batch for one key in one append, admitted in order against the limit like single enqueues. */
+export const EnqueueMany = t.intersection([command('EnqueueMany', { jobs: t.array(JobSpec) }), KeyPolicy]);
+/** Scheduled jobs (and retries) whose time has come take a free slot or park. */
+export const AdmitDue = command('AdmitDue', {});
+export const Start = command('Start', { jobId: Id, leaseId: Id, workerId: Id });
+export const Renew = command('Renew', { jobId: Id, leaseId: Id });
+export const Complete = command('Complete', { jobId: Id, leaseId: Id });
+/** `jitter` spreads the retry; the caller draws it so the decider stays pure. */
+export const Fail = command('Fail', { jobId: Id, leaseId: Id, error: t.string, jitter: Jitter });
+/** Graceful shutdown: the slot goes back and the attempt is not counted. */
+export const Yield = command('Yield', { jobId: Id, leaseId: Id });
+/** Reclaims every holder of the key whose lease has run out by `now`. */
+export const ExpireLeases = command('ExpireLeases', { jitter: Jitter });
+export const SetLimit = withOptional(command('SetLimit', { limit: Limit, by: By }), { leaseMs: LeaseMs });
+/** One holder (jobId) or every holder of the key. */
+export const RevokeLease = withOptional(command('RevokeLease', { by: By, jitter: Jitter }), { jobId: Id });
+/** Some parked jobs (jobIds) or all of them. */
+export const DiscardParked = withOptional(command('DiscardParked', { by: By }), { jobIds: t.array(Id) });
+export const Cancel = command('Cancel', { jobId: Id, by: By });
+
+const codecs = {
+  Enqueue,
+  EnqueueMany,
+  AdmitDue,
+  Start,
+  Renew,
+  Complete,
+  Fail,
+  Yield,
+  ExpireLeases,
+  SetLimit,
+  RevokeLease,
+  DiscardParked,
+  Cancel,
+};
+
+export type Command = { [K in keyof typeof codecs]: t.TypeOf<(typeof codecs)[K]> }[keyof typeof codecs];
+export type CommandType = Command['type'];
+export type CommandOf<T extends CommandType> = Extract<Command, { type: T }>;
+export type KeyPolicy = t.TypeOf<typeof KeyPolicy>;
+
+/** Decodes a command by its `type`, failing with the field at fault. */
+export const decodeCommand = (input: unknown): E.Either<ValidationError, Command> => {
+  const type = (input as { type?: unknown } | null)?.type;
+  if (typeof type !== 'string' || !Object.hasOwn(codecs, type)) {
+    return E.left(new ValidationError('type', `must be one of ${Object.keys(codecs).join(', ')}`));
+  }
+  return decodeWith<Command>(codecs[type as CommandType] as t.Decoder<unknown, Command>, input);
+};
+
+export const DEFAULT_LIMIT = 1;
+export const DEFAULT_LEASE_MS = 30_000;

@@ -1,0 +1,107 @@
+import * as E from 'fp-ts/lib/Either.js';
+import { retryDelayMs } from '../backoff.js';
+import type { DomainError } from '../errors.js';
+import { mk, type EventData, type KeyEvent, type KeyEventType, type ReleaseReason } from '../events.js';
+import { evolve, holders, parkedInOrder, type JobEntry, type KeyState } from '../key-state.js';
+
+// The steps every decision is made of. A Decision records events and folds each one at once, so a
+// later step (promotion after a release, the second job of a batch) sees what the earlier ones did:
+// this is what makes "release and hand the slot over" a single append.
+export class Decision {
+  readonly events: KeyEvent[] = [];
+
+  constructor(
+    public state: KeyState,
+    readonly now: number,
+  ) {}
+
+  emit<T extends KeyEventType>(type: T, data: Omit<EventData<T>, 'at'>): void {
+    const event = mk(type, { ...data, at: this.now } as unknown as EventData<T>);
+    this.events.push(event);
+    this.state = evolve(this.state, event);
+  }
+
+  job(jobId: string): JobEntry | undefined {
+    const job = this.state.jobs[jobId];
+    return job && { ...job, jobId };
+  }
+
+  private nextLeaseId(jobId: string): string {
+    return `${jobId}:${this.state.admissions + 1}`;
+  }
+
+  private hasFreeSlot(): boolean {
+    return holders(this.state).length < this.state.limit;
+  }
+
+  /** A due job takes a free slot or parks. Parked jobs are only ever waiting when the key is full (invariant 2), so a free slot means nobody is ahead. */
+  admit(jobId: string, leaseMs: number): void {
+    if (this.hasFreeSlot()) {
+      this.emit('SlotAcquired', { jobId, leaseId: this.nextLeaseId(jobId), expiresAt: this.now + leaseMs });
+    } else {
+      this.emit('JobParked', { jobId });
+    }
+  }
+
+  /** Hands every free slot to parked jobs in promotion order. Runs after anything that frees a slot or raises the limit. */
+  fillSlots(): void {
+    for (const next of parkedInOrder(this.state)) {
+      if (!this.hasFreeSlot()) return;
+      this.emit('JobPromoted', {
+        jobId: next.jobId,
+        leaseId: this.nextLeaseId(next.jobId),
+        expiresAt: this.now + next.leaseMs,
+        waitedMs: this.now - (next.parkedAt ?? this.now),
+      });
+    }
+  }
+
+  release(job: JobEntry, reason: ReleaseReason): void {
+    if (job.lease === null) throw new Error(`release of job ${job.jobId} that holds no slot`);
+    this.emit('SlotReleased', { jobId: job.jobId, leaseId: job.lease.leaseId, reason });
+  }
+
+  /**
+   * After a slot was taken back from a job (expired, revoked): a started job has used an attempt
+   * and is retried after a backoff, or is dead; a job that never started burned nothing and waits
+   * in line again with its priority and enqueue order.
+   */
+  afterReclaim(job: JobEntry, jitter: number, why: string): void {
+    if (job.lease?.workerId == null) this.emit('JobParked', { jobId: job.jobId });
+    else this.retryOrDead(job, jitter, why);
+  }
+
+  retryOrDead(job: JobEntry, jitter: number, why: string): void {
+    const runAt = this.retryAt(job, jitter);
+    if (runAt === null) {
+      this.emit('JobDead', { jobId: job.jobId, reason: `${why}; no attempt left (${job.attempts}/${job.maxAttempts})` });
+    } else {
+      this.emit('JobScheduled', { jobId: job.jobId, runAt });
+    }
+  }
+
+  retryAt(job: JobEntry, jitter: number): number | null {
+    return job.attempts >= job.maxAttempts ? null : this.now + retryDelayMs(job.attempts, jitter);
+  }
+}
+
+export type Outcome = E.Either<DomainError, readonly KeyEvent[]>;
+
+export const refuse = (error: DomainError): Outcome => E.left(error);
+export const accept = (d: Decision): Outcome => E.right(d.events);
+
+/**
+ * The holder under this exact lease, or the refusal that fences a stale holder: a lease reclaimed,
+ * released or replaced changes nothing (solid_queue #761).
+ */
+export const leaseHolder = (
+  d: Decision,
+  jobId: string,
+  leaseId: string,
+): { readonly job: JobEntry; readonly error?: undefined } | { readonly job?: undefined; readonly error: DomainError } => {
+  const job = d.job(jobId);
+  if (job?.lease?.leaseId !== leaseId) {
+    return { error: { tag: 'StaleLease', jobId, leaseId, currentLeaseId: job?.lease?.leaseId ?? null } };
+  }
+  return { job };
+};

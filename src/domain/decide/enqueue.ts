@@ -1,0 +1,30 @@
+import { DEFAULT_LEASE_MS, DEFAULT_LIMIT, type CommandOf, type KeyPolicy } from '../commands.js';
+import { accept, type Decision, type Outcome } from './decision.js';
+
+/**
+ * Enqueue and EnqueueMany: one append for the whole batch, each job admitted against the limit in
+ * turn exactly as a single enqueue would be (pgbus #413 shipped a bulk path that skipped the limit).
+ * A job already on the key records nothing new, so a retried enqueue is harmless.
+ */
+export const enqueue = (c: CommandOf<'Enqueue'> | CommandOf<'EnqueueMany'>, d: Decision): Outcome => {
+  applyPolicy(c, d);
+  for (const job of c.type === 'Enqueue' ? [c.job] : c.jobs) {
+    if (d.job(job.jobId) !== undefined) continue;
+    const leaseMs = job.leaseMs ?? d.state.leaseMs;
+    d.emit('JobEnqueued', { ...job, leaseMs });
+    // A job due later holds no slot while it waits (pgbus took the slot at enqueue).
+    if (job.runAt !== null && job.runAt > d.now) d.emit('JobScheduled', { jobId: job.jobId, runAt: job.runAt });
+    else d.admit(job.jobId, leaseMs);
+  }
+  return accept(d);
+};
+
+/** The first enqueue of a key sets its limit; a later one with another limit changes it, and a raise promotes at once. */
+const applyPolicy = (policy: KeyPolicy, d: Decision): void => {
+  const configured = d.state.limit > 0;
+  const limit = policy.limit ?? (configured ? d.state.limit : DEFAULT_LIMIT);
+  const leaseMs = policy.leaseMs ?? (configured ? d.state.leaseMs : DEFAULT_LEASE_MS);
+  if (configured && limit === d.state.limit && leaseMs === d.state.leaseMs) return;
+  d.emit('KeyLimitSet', { limit, leaseMs, by: null });
+  d.fillSlots();
+};

@@ -1,0 +1,14 @@
+import type { CommandOf } from '../commands.js';
+import { accept, leaseHolder, refuse, type Decision, type Outcome } from './decision.js';
+
+/**
+ * Heartbeat: the lease bounds silence, not run time (solid_queue #689 freed live holders).
+ * A lease past its expiry but not yet reclaimed is still the holder's: only a LeaseExpired event
+ * takes a slot away, and a renewal racing the sweeper conflicts with it on the stream revision.
+ */
+export const renew = (c: CommandOf<'Renew'>, d: Decision): Outcome => {
+  const { job, error } = leaseHolder(d, c.jobId, c.leaseId);
+  if (error) return refuse(error);
+  d.emit('LeaseRenewed', { jobId: c.jobId, leaseId: c.leaseId, expiresAt: d.now + job.leaseMs });
+  return accept(d);
+};

@@ -1,0 +1,28 @@
+// What a decision can refuse. A refusal changes nothing: no event is written.
+export type DomainError =
+  /** The lease is not (or no longer) the job's: the fencing that stops a reclaimed holder. */
+  | { readonly tag: 'StaleLease'; readonly jobId: string; readonly leaseId: string; readonly currentLeaseId: string | null }
+  /** A second Start under a lease already started: a duplicate delivery runs nothing. */
+  | { readonly tag: 'AlreadyStarted'; readonly jobId: string; readonly leaseId: string; readonly workerId: string }
+  /** Complete or Fail before Start under this lease. */
+  | { readonly tag: 'NotStarted'; readonly jobId: string; readonly leaseId: string }
+  | { readonly tag: 'JobNotFound'; readonly jobId: string }
+  | { readonly tag: 'NotHolding'; readonly jobId: string }
+  | { readonly tag: 'NotParked'; readonly jobIds: readonly string[] };
+
+export const describeDomainError = (e: DomainError): string => {
+  switch (e.tag) {
+    case 'StaleLease':
+      return `job ${e.jobId}: lease ${e.leaseId} is stale (current lease: ${e.currentLeaseId ?? 'none'}); nothing changed`;
+    case 'AlreadyStarted':
+      return `job ${e.jobId}: lease ${e.leaseId} was already started by worker ${e.workerId}; nothing changed`;
+    case 'NotStarted':
+      return `job ${e.jobId}: lease ${e.leaseId} was never started; nothing changed`;
+    case 'JobNotFound':
+      return `job ${e.jobId} is not scheduled, parked or holding a slot on this key`;
+    case 'NotHolding':
+      return `job ${e.jobId} holds no slot on this key`;
+    case 'NotParked':
+      return `jobs not parked on this key: ${e.jobIds.join(', ')}`;
+  }
+};

@@ -1,0 +1,99 @@
+import * as t from 'io-ts';
+
+// The key stream's events. Their names and fields are the audit format: add fields, never rename.
+// Every event carries `at`, the decision time (epoch ms) from the injected clock, so folding
+// needs nothing but the events.
+
+const Time = t.number;
+const JobId = t.string;
+const LeaseId = t.string;
+
+export const ReleaseReason = t.keyof({
+  completed: null,
+  failed: null,
+  expired: null,
+  revoked: null,
+  yielded: null,
+  cancelled: null,
+});
+export type ReleaseReason = t.TypeOf<typeof ReleaseReason>;
+
+const event = <T extends string, P extends t.Props>(type: T, props: P) =>
+  t.type({ type: t.literal(type), data: t.exact(t.type({ ...props, at: Time })) }, type);
+
+export const KeyLimitSet = event('KeyLimitSet', {
+  limit: t.number,
+  leaseMs: t.number,
+  /** Who changed it: absent when it came with an enqueue. */
+  by: t.union([t.string, t.null]),
+});
+export const JobEnqueued = event('JobEnqueued', {
+  jobId: JobId,
+  name: t.string,
+  args: t.unknown,
+  queue: t.string,
+  priority: t.number,
+  maxAttempts: t.number,
+  leaseMs: t.number,
+  runAt: t.union([Time, t.null]),
+});
+export const SlotAcquired = event('SlotAcquired', { jobId: JobId, leaseId: LeaseId, expiresAt: Time });
+export const JobParked = event('JobParked', { jobId: JobId });
+export const JobPromoted = event('JobPromoted', {
+  jobId: JobId,
+  leaseId: LeaseId,
+  expiresAt: Time,
+  waitedMs: t.number,
+});
+export const JobScheduled = event('JobScheduled', { jobId: JobId, runAt: Time });
+export const JobStarted = event('JobStarted', {
+  jobId: JobId,
+  leaseId: LeaseId,
+  workerId: t.string,
+  attempt: t.number,
+  expiresAt: Time,
+});
+export const LeaseRenewed = event('LeaseRenewed', { jobId: JobId, leaseId: LeaseId, expiresAt: Time });
+export const JobCompleted = event('JobCompleted', { jobId: JobId, leaseId: LeaseId });
+export const JobFailed = event('JobFailed', {
+  jobId: JobId,
+  leaseId: LeaseId,
+  attempt: t.number,
+  error: t.string,
+  /** When the retry is due; null when no attempt is left. */
+  retryAt: t.union([Time, t.null]),
+});
+export const JobDead = event('JobDead', { jobId: JobId, reason: t.string });
+export const LeaseExpired = event('LeaseExpired', { jobId: JobId, leaseId: LeaseId, expiresAt: Time });
+export const LeaseRevoked = event('LeaseRevoked', { jobId: JobId, leaseId: LeaseId, by: t.string });
+export const SlotReleased = event('SlotReleased', { jobId: JobId, leaseId: LeaseId, reason: ReleaseReason });
+export const JobYielded = event('JobYielded', { jobId: JobId, leaseId: LeaseId });
+export const JobCancelled = event('JobCancelled', { jobId: JobId, by: t.string });
+export const ParkedDiscarded = event('ParkedDiscarded', { jobId: JobId, by: t.string });
+
+export const KeyEvent = t.union([
+  KeyLimitSet,
+  JobEnqueued,
+  SlotAcquired,
+  JobParked,
+  JobPromoted,
+  JobScheduled,
+  JobStarted,
+  LeaseRenewed,
+  JobCompleted,
+  JobFailed,
+  JobDead,
+  LeaseExpired,
+  LeaseRevoked,
+  SlotReleased,
+  JobYielded,
+  JobCancelled,
+  ParkedDiscarded,
+]);
+export type KeyEvent = t.TypeOf<typeof KeyEvent>;
+export type KeyEventType = KeyEvent['type'];
+export type EventOf<T extends KeyEventType> = Extract<KeyEvent, { type: T }>;
+export type EventData<T extends KeyEventType> = EventOf<T>['data'];
+
+export const mk = <T extends KeyEventType>(type: T, data: EventData<T>): EventOf<T> =>
+  ({ type, data }) as EventOf<T>;

@@ -1,0 +1,12 @@
+// Stream names. Keys are free-form strings; the prefixes keep keyed and unkeyed streams apart.
+export const KEY_STREAM_PREFIX = 'key:';
+export const JOB_STREAM_PREFIX = 'job:';
+
+/** The stream of a concurrency key: every job of the key is recorded here. */
+export const keyStream = (key: string): string => KEY_STREAM_PREFIX + key;
+
+/** A job without a concurrency key has a stream of its own and is admitted at once. */
+export const jobStream = (jobId: string): string => JOB_STREAM_PREFIX + jobId;
+
+export const streamFor = (key: string | null | undefined, jobId: string): string =>
+  key == null ? jobStream(jobId) : keyStream(key);
