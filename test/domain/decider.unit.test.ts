@@ -1,0 +1,320 @@
+import { describe, expect, it } from 'vitest';
+import {
+  LEASE,
+  SEC,
+  T0,
+  acquired,
+  cancelled,
+  completed,
+  dead,
+  discarded,
+  enqueued,
+  expired,
+  failed,
+  given,
+  job,
+  limitSet,
+  parked,
+  promoted,
+  released,
+  renewed,
+  revoked,
+  scheduled,
+  started,
+  yielded,
+} from './spec.js';
+
+// One spec per command: the key's history, the command, the decision.
+
+const a = job('a');
+const b = job('b');
+const c = job('c');
+/** Key with limit 1: a holds the slot (started by w1), b is parked. */
+const aRunningBParked = [limitSet(1), enqueued(a), acquired('a', 'a:1'), enqueued(b), parked('b'), started('a', 'a:1', T0 + SEC)];
+
+describe('Enqueue', () => {
+  it('the first enqueue of a key sets its limit and takes a slot', () => {
+    given()
+      .when({ type: 'Enqueue', limit: 2, job: a })
+      .then(limitSet(2), enqueued(a), acquired('a', 'a:1'));
+  });
+
+  it('a new key without a limit gets limit 1 and a 30 s lease', () => {
+    given().when({ type: 'Enqueue', job: a }).then(limitSet(1), enqueued(a), acquired('a', 'a:1'));
+  });
+
+  it('parks when the key is at its limit', () => {
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'))
+      .when({ type: 'Enqueue', limit: 1, job: b }, T0 + SEC)
+      .then(enqueued(b, T0 + SEC), parked('b', T0 + SEC));
+  });
+
+  it('a job due later is scheduled and holds no slot', () => {
+    given(limitSet(1))
+      .when({ type: 'Enqueue', job: job('later', { runAt: T0 + 60 * SEC }) })
+      .then(enqueued(job('later', { runAt: T0 + 60 * SEC })), scheduled('later', T0 + 60 * SEC));
+  });
+
+  it('a run time not later than now is due at once', () => {
+    given(limitSet(1))
+      .when({ type: 'Enqueue', job: job('now', { runAt: T0 }) })
+      .then(enqueued(job('now', { runAt: T0 })), acquired('now', 'now:1'));
+  });
+
+  it('a job with its own lease gets it', () => {
+    given(limitSet(1))
+      .when({ type: 'Enqueue', job: job('slow', { leaseMs: 120 * SEC }) })
+      .then(enqueued(job('slow', { leaseMs: 120 * SEC })), acquired('slow', 'slow:1', T0, 120 * SEC));
+  });
+
+  it('a retried enqueue of a job already on the key records nothing new', () => {
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1')).when({ type: 'Enqueue', limit: 1, job: a }).thenNothing();
+  });
+
+  it('another limit on a later enqueue records KeyLimitSet before the job', () => {
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'))
+      .when({ type: 'Enqueue', limit: 2, job: b }, T0 + SEC)
+      .then(limitSet(2, T0 + SEC), enqueued(b, T0 + SEC), acquired('b', 'b:2', T0 + SEC));
+  });
+});
+
+describe('EnqueueMany', () => {
+  it('admits up to the limit and parks the rest, in one decision', () => {
+    given()
+      .when({ type: 'EnqueueMany', limit: 2, jobs: [a, b, c] })
+      .then(limitSet(2), enqueued(a), acquired('a', 'a:1'), enqueued(b), acquired('b', 'b:2'), enqueued(c), parked('c'));
+  });
+
+  it('skips jobs already on the key', () => {
+    given(limitSet(2), enqueued(a), acquired('a', 'a:1'))
+      .when({ type: 'EnqueueMany', jobs: [a, b] })
+      .then(enqueued(b), acquired('b', 'b:2'));
+  });
+});
+
+describe('AdmitDue', () => {
+  const later = job('later', { runAt: T0 + 10 * SEC });
+  it('admits a scheduled job once due', () => {
+    given(limitSet(1), enqueued(later), scheduled('later', T0 + 10 * SEC))
+      .when({ type: 'AdmitDue' }, T0 + 10 * SEC)
+      .then(acquired('later', 'later:1', T0 + 10 * SEC));
+  });
+
+  it('parks a due job when the key is full', () => {
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'), enqueued(later), scheduled('later', T0 + 10 * SEC))
+      .when({ type: 'AdmitDue' }, T0 + 11 * SEC)
+      .then(parked('later', T0 + 11 * SEC));
+  });
+
+  it('does nothing before the run time', () => {
+    given(limitSet(1), enqueued(later), scheduled('later', T0 + 10 * SEC)).when({ type: 'AdmitDue' }, T0 + 9 * SEC).thenNothing();
+  });
+
+  it('admits due jobs in priority order, then enqueue order', () => {
+    const low = job('low', { runAt: T0 + SEC, priority: 5 });
+    const high = job('high', { runAt: T0 + 2 * SEC, priority: 1 });
+    given(limitSet(1), enqueued(low), scheduled('low', T0 + SEC), enqueued(high), scheduled('high', T0 + 2 * SEC))
+      .when({ type: 'AdmitDue' }, T0 + 5 * SEC)
+      .then(acquired('high', 'high:1', T0 + 5 * SEC), parked('low', T0 + 5 * SEC));
+  });
+});
+
+describe('Start', () => {
+  it('counts the attempt and restarts the lease from now', () => {
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'))
+      .when({ type: 'Start', jobId: 'a', leaseId: 'a:1', workerId: 'w1' }, T0 + 2 * SEC)
+      .then(started('a', 'a:1', T0 + 2 * SEC, 1));
+  });
+
+  it('a second start under the same lease (duplicate delivery) runs nothing', () => {
+    given(...aRunningBParked)
+      .when({ type: 'Start', jobId: 'a', leaseId: 'a:1', workerId: 'w2' })
+      .thenRefused({ tag: 'AlreadyStarted', jobId: 'a', leaseId: 'a:1', workerId: 'w1' });
+  });
+
+  it('a stale lease is refused', () => {
+    given(...aRunningBParked)
+      .when({ type: 'Start', jobId: 'a', leaseId: 'a:0', workerId: 'w2' })
+      .thenRefused({ tag: 'StaleLease', jobId: 'a', leaseId: 'a:0', currentLeaseId: 'a:1' });
+  });
+});
+
+describe('Renew', () => {
+  it('pushes the expiry a lease ahead of now', () => {
+    given(...aRunningBParked)
+      .when({ type: 'Renew', jobId: 'a', leaseId: 'a:1' }, T0 + 20 * SEC)
+      .then(renewed('a', 'a:1', T0 + 20 * SEC));
+  });
+
+  it('renews a lease past its expiry that was not reclaimed yet (only LeaseExpired takes a slot)', () => {
+    given(...aRunningBParked)
+      .when({ type: 'Renew', jobId: 'a', leaseId: 'a:1' }, T0 + 40 * SEC)
+      .then(renewed('a', 'a:1', T0 + 40 * SEC));
+  });
+
+  it('a reclaimed lease is refused', () => {
+    given(...aRunningBParked, expired('a', 'a:1', T0 + SEC + LEASE, T0 + 40 * SEC), released('a', 'a:1', 'expired', T0 + 40 * SEC))
+      .when({ type: 'Renew', jobId: 'a', leaseId: 'a:1' }, T0 + 41 * SEC)
+      .thenRefused({ tag: 'StaleLease', jobId: 'a', leaseId: 'a:1', currentLeaseId: null });
+  });
+});
+
+describe('Complete', () => {
+  it('completes, releases and promotes the next parked job in one decision', () => {
+    given(...aRunningBParked)
+      .when({ type: 'Complete', jobId: 'a', leaseId: 'a:1' }, T0 + 5 * SEC)
+      .then(completed('a', 'a:1', T0 + 5 * SEC), released('a', 'a:1', 'completed', T0 + 5 * SEC), promoted('b', 'b:2', T0 + 5 * SEC, 5 * SEC));
+  });
+
+  it('a lease never started cannot complete', () => {
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'))
+      .when({ type: 'Complete', jobId: 'a', leaseId: 'a:1' })
+      .thenRefused({ tag: 'NotStarted', jobId: 'a', leaseId: 'a:1' });
+  });
+});
+
+describe('Fail', () => {
+  it('releases, schedules the retry after a backoff and promotes', () => {
+    // attempt 1 failed: 1 s base, jitter 0.5 -> 500 + 250 ms
+    given(...aRunningBParked)
+      .when({ type: 'Fail', jobId: 'a', leaseId: 'a:1', error: 'boom', jitter: 0.5 }, T0 + 5 * SEC)
+      .then(
+        failed('a', 'a:1', T0 + 5 * SEC, 1, 'boom', T0 + 5 * SEC + 750),
+        released('a', 'a:1', 'failed', T0 + 5 * SEC),
+        scheduled('a', T0 + 5 * SEC + 750, T0 + 5 * SEC),
+        promoted('b', 'b:2', T0 + 5 * SEC, 5 * SEC),
+      );
+  });
+
+  it('the last attempt failing makes the job dead', () => {
+    const once = job('once', { maxAttempts: 1 });
+    given(limitSet(1), enqueued(once), acquired('once', 'once:1'), started('once', 'once:1', T0))
+      .when({ type: 'Fail', jobId: 'once', leaseId: 'once:1', error: 'boom', jitter: 0 }, T0 + SEC)
+      .then(
+        failed('once', 'once:1', T0 + SEC, 1, 'boom', null),
+        released('once', 'once:1', 'failed', T0 + SEC),
+        dead('once', 'failed; no attempt left (1/1)', T0 + SEC),
+      );
+  });
+});
+
+describe('Yield', () => {
+  it('gives the slot back, the attempt is not counted, and the job waits in line again', () => {
+    const state = given(...aRunningBParked)
+      .when({ type: 'Yield', jobId: 'a', leaseId: 'a:1' }, T0 + 2 * SEC)
+      .state();
+    given(...aRunningBParked)
+      .when({ type: 'Yield', jobId: 'a', leaseId: 'a:1' }, T0 + 2 * SEC)
+      .then(
+        yielded('a', 'a:1', T0 + 2 * SEC),
+        released('a', 'a:1', 'yielded', T0 + 2 * SEC),
+        parked('a', T0 + 2 * SEC),
+        // a was enqueued first, so it is first in line again
+        promoted('a', 'a:2', T0 + 2 * SEC, 0),
+      );
+    expect(state.jobs.a?.attempts).toBe(0);
+  });
+});
+
+describe('ExpireLeases', () => {
+  it('reclaims a silent started holder: the attempt counts, the job is retried, the parked job promoted', () => {
+    const at = T0 + SEC + LEASE;
+    given(...aRunningBParked)
+      .when({ type: 'ExpireLeases', jitter: 0 }, at)
+      .then(expired('a', 'a:1', at, at), released('a', 'a:1', 'expired', at), scheduled('a', at + 500, at), promoted('b', 'b:2', at, at - T0));
+  });
+
+  it('a holder that never started burned no attempt and waits in line again', () => {
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'), enqueued(b), parked('b'))
+      .when({ type: 'ExpireLeases', jitter: 0 }, T0 + LEASE)
+      .then(expired('a', 'a:1', T0 + LEASE, T0 + LEASE), released('a', 'a:1', 'expired', T0 + LEASE), parked('a', T0 + LEASE), promoted('a', 'a:2', T0 + LEASE, 0));
+  });
+
+  it('leaves live leases alone', () => {
+    given(...aRunningBParked).when({ type: 'ExpireLeases', jitter: 0 }, T0 + LEASE).thenNothing();
+  });
+});
+
+describe('SetLimit', () => {
+  it('a raise promotes as many parked jobs as it frees slots', () => {
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'), enqueued(b), parked('b'), enqueued(c), parked('c'))
+      .when({ type: 'SetLimit', limit: 3, by: 'ops' }, T0 + SEC)
+      .then(limitSet(3, T0 + SEC, 'ops'), promoted('b', 'b:2', T0 + SEC, SEC), promoted('c', 'c:3', T0 + SEC, SEC));
+  });
+
+  it('a lower limit preempts no one', () => {
+    given(limitSet(2), enqueued(a), acquired('a', 'a:1'), enqueued(b), acquired('b', 'b:2'))
+      .when({ type: 'SetLimit', limit: 1, by: 'ops' })
+      .then(limitSet(1, T0, 'ops'));
+  });
+
+  it('the same limit records nothing', () => {
+    given(limitSet(2)).when({ type: 'SetLimit', limit: 2, by: 'ops' }).thenNothing();
+  });
+});
+
+describe('RevokeLease', () => {
+  it('revokes one holder; its started attempt counts and it is retried', () => {
+    given(...aRunningBParked)
+      .when({ type: 'RevokeLease', jobId: 'a', by: 'ops', jitter: 0 }, T0 + 2 * SEC)
+      .then(
+        revoked('a', 'a:1', 'ops', T0 + 2 * SEC),
+        released('a', 'a:1', 'revoked', T0 + 2 * SEC),
+        scheduled('a', T0 + 2 * SEC + 500, T0 + 2 * SEC),
+        promoted('b', 'b:2', T0 + 2 * SEC, 2 * SEC),
+      );
+  });
+
+  it('revokes every holder of the key when no job is named', () => {
+    given(limitSet(2), enqueued(a), acquired('a', 'a:1'), enqueued(b), acquired('b', 'b:2'))
+      .when({ type: 'RevokeLease', by: 'ops', jitter: 0 })
+      .then(
+        revoked('a', 'a:1', 'ops', T0),
+        released('a', 'a:1', 'revoked', T0),
+        parked('a'),
+        revoked('b', 'b:2', 'ops', T0),
+        released('b', 'b:2', 'revoked', T0),
+        parked('b'),
+        promoted('a', 'a:3', T0, 0),
+        promoted('b', 'b:4', T0, 0),
+      );
+  });
+
+  it('a job holding no slot is refused', () => {
+    given(...aRunningBParked).when({ type: 'RevokeLease', jobId: 'b', by: 'ops', jitter: 0 }).thenRefused({ tag: 'NotHolding', jobId: 'b' });
+  });
+});
+
+describe('DiscardParked', () => {
+  it('discards the named parked jobs', () => {
+    given(...aRunningBParked).when({ type: 'DiscardParked', jobIds: ['b'], by: 'ops' }).then(discarded('b', 'ops', T0));
+  });
+
+  it('discards every parked job when none is named', () => {
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'), enqueued(b), parked('b'), enqueued(c), parked('c'))
+      .when({ type: 'DiscardParked', by: 'ops' })
+      .then(discarded('b', 'ops', T0), discarded('c', 'ops', T0));
+  });
+
+  it('refuses the whole command when a named job is not parked', () => {
+    given(...aRunningBParked)
+      .when({ type: 'DiscardParked', jobIds: ['b', 'a', 'zz'], by: 'ops' })
+      .thenRefused({ tag: 'NotParked', jobIds: ['a', 'zz'] });
+  });
+});
+
+describe('Cancel', () => {
+  it('cancels a holder and hands its slot to the next parked job', () => {
+    given(...aRunningBParked)
+      .when({ type: 'Cancel', jobId: 'a', by: 'ops' }, T0 + 3 * SEC)
+      .then(cancelled('a', 'ops', T0 + 3 * SEC), released('a', 'a:1', 'cancelled', T0 + 3 * SEC), promoted('b', 'b:2', T0 + 3 * SEC, 3 * SEC));
+  });
+
+  it('cancels a parked job', () => {
+    given(...aRunningBParked).when({ type: 'Cancel', jobId: 'b', by: 'ops' }).then(cancelled('b', 'ops', T0));
+  });
+
+  it('an unknown or finished job is refused', () => {
+    given(...aRunningBParked).when({ type: 'Cancel', jobId: 'zz', by: 'ops' }).thenRefused({ tag: 'JobNotFound', jobId: 'zz' });
+  });
+});
