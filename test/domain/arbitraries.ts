@@ -181,8 +181,6 @@ export interface Trace {
 
 export interface RunOptions {
   readonly decide?: Decide;
-  /** Let enqueues re-use the ids of finished jobs too (not only active ones). */
-  readonly reuseFinishedIds?: boolean;
 }
 
 /** Freezes a value deeply, so a decider that mutates its input state throws (ESM is strict). */
@@ -215,13 +213,16 @@ const entriesOf = (state: KeyState): JobEntry[] =>
     .map(([jobId, job]) => ({ ...job, jobId }))
     .sort(bySeq);
 
-const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory, reuseFinishedIds: boolean): Command => {
+const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory): Command => {
   const by = 'operator';
   switch (intent.kind) {
     case 'enqueue': {
       const batch: string[] = [];
       const jobs = intent.jobs.map((j, i) => {
-        const pool = [...(reuseFinishedIds ? memory.known : entriesOf(state).map((e) => e.jobId)), ...batch];
+        // Re-enqueues reuse active ids only: the decider remembers active jobs, and the command
+        // layer drops ids already recorded in the store before deciding (a finished job's id never
+        // reaches the decider again; see test/commands/key-command-handler.int.test.ts).
+        const pool = [...entriesOf(state).map((e) => e.jobId), ...batch];
         const reused = j.reuse === null ? undefined : at(pool, j.reuse);
         const jobId = reused ?? `j${memory.fresh++}`;
         batch.push(jobId);
@@ -313,7 +314,7 @@ export const runScenario = (scenario: Scenario, options: RunOptions = {}): Trace
   let now = scenario.start;
   scenario.intents.forEach((intent, index) => {
     now += intent.dt;
-    const raw = toCommand(intent, state, now, memory, options.reuseFinishedIds ?? false);
+    const raw = toCommand(intent, state, now, memory);
     // Every generated command must be one the command layer would accept.
     const decoded = decodeCommand(raw);
     if (E.isLeft(decoded)) throw new Error(`generator produced an invalid command ${JSON.stringify(raw)}: ${decoded.left.message}`);

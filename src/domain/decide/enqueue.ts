@@ -11,7 +11,8 @@ export const enqueue = (c: CommandOf<'Enqueue'> | CommandOf<'EnqueueMany'>, d: D
   for (const job of c.type === 'Enqueue' ? [c.job] : c.jobs) {
     if (d.job(job.jobId) !== undefined) continue;
     const leaseMs = job.leaseMs ?? d.state.leaseMs;
-    d.emit('JobEnqueued', { ...job, leaseMs });
+    // `+ 0` turns a priority of -0 into 0, the value JSON stores, so replay folds the same state.
+    d.emit('JobEnqueued', { ...job, priority: job.priority + 0, leaseMs });
     // A job due later holds no slot while it waits (pgbus took the slot at enqueue).
     if (job.runAt !== null && job.runAt > d.now) d.emit('JobScheduled', { jobId: job.jobId, runAt: job.runAt });
     else d.admit(job.jobId, leaseMs);
