@@ -1,0 +1,153 @@
+import { randomUUID } from 'node:crypto';
+import type { Command } from 'commander';
+import * as E from 'fp-ts/lib/Either.js';
+import { decodeRecorded } from '../../../commands/key-state-loader.js';
+import type { KeyEvent } from '../../../domain/events.js';
+import { evolve, holders, initialKeyState } from '../../../domain/key-state.js';
+import { keyStream } from '../../../domain/streams.js';
+import type { Ledger } from '../../ledger.js';
+import { withLedger, type CommandContext } from '../context.js';
+import { print, table } from '../output.js';
+
+// `jobledger demo`: a workload on the key ledger, with in-process workers that take admitted jobs
+// straight from the key state (the dispatch queue and worker processes are not part of this
+// release yet). It shows admission, parking, promotion, a retry after a failure, a job scheduled
+// for later and a silent holder whose lease expires, then what the ledger recorded.
+
+const KEYS = [
+  { key: 'tenant:acme', limit: 1 },
+  { key: 'tenant:globex', limit: 2 },
+  { key: 'api:stripe', limit: 3 },
+  { key: 'report:nightly', limit: 1 },
+] as const;
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+interface Summary {
+  key: string;
+  limit: number;
+  jobs: number;
+  largestOverlap: number;
+  handoffs: number;
+  retries: number;
+  longestParkMs: number;
+}
+
+const summarise = (key: string, events: readonly KeyEvent[]): Summary => {
+  let state = initialKeyState;
+  let largestOverlap = 0;
+  for (const e of events) {
+    state = evolve(state, e);
+    // Overlap counts jobs a worker is running: holders whose lease was started.
+    largestOverlap = Math.max(largestOverlap, holders(state).filter((h) => h.lease?.workerId != null).length);
+  }
+  const count = (type: KeyEvent['type']) => events.filter((e) => e.type === type).length;
+  return {
+    key,
+    limit: state.limit,
+    jobs: count('JobEnqueued'),
+    largestOverlap,
+    handoffs: count('JobPromoted'),
+    retries: count('JobFailed') + count('LeaseExpired'),
+    longestParkMs: Math.max(0, ...events.map((e) => (e.type === 'JobPromoted' ? e.data.waitedMs : 0))),
+  };
+};
+
+const runWorkload = async (ledger: Ledger, jobs: number, note: (line: string) => void): Promise<void> => {
+  const run = randomUUID().slice(0, 8);
+  const inputs = Array.from({ length: jobs }, (_, i) => {
+    const { key, limit } = KEYS[i % KEYS.length]!;
+    return {
+      name: i % 17 === 3 ? 'flaky' : i === 5 ? 'silent' : 'work',
+      key,
+      limit,
+      leaseMs: 1_000,
+      priority: i % 5 === 0 ? -1 : 0,
+      jobId: `${run}-${i}`,
+      ...(i === 7 ? { delayMs: 2_000 } : {}),
+    };
+  });
+  const enqueued = await ledger.enqueueMany(inputs, { by: 'demo' });
+  note(`enqueued ${jobs} jobs over ${KEYS.length} keys in one transaction: ${['acquired', 'parked', 'scheduled'].map((s) => `${enqueued.filter((e) => e.status === s).length} ${s}`).join(', ')}`);
+
+  const names = new Map(inputs.map((i) => [i.jobId, i.name]));
+  const finished = new Set<string>();
+  let stop = false;
+  const worker = async (workerId: string) => {
+    while (!stop) {
+      let ran = false;
+      for (const { key } of KEYS) {
+        const { state } = await ledger.keyState(key);
+        for (const h of holders(state)) {
+          if (h.lease === null || h.lease.workerId !== null) continue;
+          const { leaseId } = h.lease;
+          const started = await ledger.execute(keyStream(key), { type: 'Start', jobId: h.jobId, leaseId, workerId });
+          if (E.isLeft(started)) continue; // another worker won the race for this admission
+          ran = true;
+          const name = names.get(h.jobId);
+          if (name === 'silent' && h.attempts === 0) break; // goes silent: the sweeper reclaims its lease
+          await sleep(20 + Math.random() * 60);
+          const done = name === 'flaky' && h.attempts === 0
+            ? await ledger.execute(keyStream(key), { type: 'Fail', jobId: h.jobId, leaseId, error: 'flaky: first attempt fails', jitter: Math.random() })
+            : await ledger.execute(keyStream(key), { type: 'Complete', jobId: h.jobId, leaseId });
+          if (E.isRight(done) && done.right.events.some((e) => e.type === 'JobCompleted' || e.type === 'JobDead')) finished.add(h.jobId);
+        }
+      }
+      if (!ran) await sleep(10);
+    }
+  };
+  const sweeper = async () => {
+    while (!stop) {
+      await ledger.executeMany(KEYS.flatMap(({ key }) => [
+        { stream: keyStream(key), command: { type: 'ExpireLeases', jitter: Math.random() } as const },
+        { stream: keyStream(key), command: { type: 'AdmitDue' } as const },
+      ]));
+      await sleep(100);
+    }
+  };
+  const running = [...['w1', 'w2', 'w3', 'w4'].map(worker), sweeper()];
+  const started = Date.now();
+  while (finished.size < jobs && Date.now() - started < 60_000) {
+    await sleep(500);
+    note(`  ${finished.size}/${jobs} jobs finished`);
+  }
+  stop = true;
+  await Promise.all(running);
+};
+
+export const registerDemo = (program: Command, ctx: CommandContext): void => {
+  program
+    .command('demo')
+    .description('run a small workload on the key ledger and show what it recorded')
+    .option('--jobs <n>', 'how many jobs', (v) => Number(v), 40)
+    .option('--json', 'machine-readable output')
+    .action(async (flags: { jobs: number; json?: boolean }) => {
+      await withLedger(ctx, async (ledger) => {
+        const before = new Map(await Promise.all(KEYS.map(async ({ key }) => [key, (await ledger.store.readStream(keyStream(key))).length] as const)));
+        await runWorkload(ledger, flags.jobs, ctx.note);
+        const summaries: Summary[] = [];
+        const audits = new Map<string, KeyEvent[]>();
+        for (const { key } of KEYS) {
+          const events = (await ledger.store.readStream(keyStream(key))).map(decodeRecorded);
+          summaries.push(summarise(key, events.slice(before.get(key) ?? 0)));
+          audits.set(key, events.slice(before.get(key) ?? 0));
+        }
+        const audited = audits.get(KEYS[0].key) ?? [];
+        const t0 = audited[0]?.data.at ?? 0;
+        print({ json: flags.json === true }, { summaries, audit: { key: KEYS[0].key, events: audited } }, () =>
+          [
+            table(['key', 'limit', 'jobs', 'largest overlap', 'handoffs', 'retries', 'longest park'], summaries.map((s) => [s.key, s.limit, s.jobs, s.largestOverlap, s.handoffs, s.retries, `${s.longestParkMs} ms`])),
+            `\nthe ledger of ${KEYS[0].key} (first 30 events):`,
+            table(
+              ['+ms', 'event', 'job', 'lease', 'detail'],
+              audited.slice(0, 30).map((e) => {
+                const d = e.data as Record<string, unknown>;
+                const detail = e.type === 'SlotReleased' ? d.reason : e.type === 'JobPromoted' ? `waited ${d.waitedMs} ms` : e.type === 'JobStarted' ? `${d.workerId}, attempt ${d.attempt}` : e.type === 'JobFailed' ? d.error : e.type === 'KeyLimitSet' ? `limit ${d.limit}` : '';
+                return [e.data.at - t0, e.type, d.jobId ?? '', d.leaseId ?? '', detail];
+              }),
+            ),
+          ].join('\n'),
+        );
+      });
+    });
+};

@@ -1,0 +1,79 @@
+import type { Command } from 'commander';
+import type { EnqueueInput } from '../../../commands/enqueue.js';
+import { ValidationError } from '../../../domain/values.js';
+import { withLedger, type CommandContext } from '../context.js';
+import { UsageError } from '../errors.js';
+import { print } from '../output.js';
+import { duration, integer, isoTime, json } from '../parse.js';
+
+interface EnqueueFlags {
+  args?: unknown;
+  key?: string;
+  limit?: number;
+  lease?: number;
+  priority?: number;
+  runAt?: Date;
+  delay?: number;
+  maxAttempts?: number;
+  queue?: string;
+  jobId?: string;
+  json?: boolean;
+}
+
+/** The API's field names as this command's flags, so an error names what the user typed. */
+const FLAG_OF: Record<string, string> = {
+  name: '<name>',
+  args: '--args',
+  key: '--key',
+  limit: '--limit',
+  leaseMs: '--lease',
+  priority: '--priority',
+  runAt: '--run-at',
+  delayMs: '--delay',
+  maxAttempts: '--max-attempts',
+  queue: '--queue',
+  jobId: '--job-id',
+};
+
+export const registerEnqueue = (program: Command, ctx: CommandContext): void => {
+  program
+    .command('enqueue')
+    .description('enqueue a job; prints its id and whether it was admitted (acquired), parked or scheduled')
+    .argument('<name>', 'job name (the handler that runs it)')
+    .option('--args <json>', 'arguments as JSON', json('--args'))
+    .option('--key <key>', 'concurrency key')
+    .option('--limit <n>', "the key's limit: at most n jobs of the key run at once", integer('--limit'))
+    .option('--lease <duration>', 'lease: how long a worker may stay silent (default 30s, at least 1s)', duration('--lease'))
+    .option('--priority <p>', 'smaller runs first (default 0)', integer('--priority'))
+    .option('--run-at <iso>', 'run at this time', isoTime('--run-at'))
+    .option('--delay <duration>', 'run after this delay', duration('--delay'))
+    .option('--max-attempts <n>', 'starts before the job is dead (default 5)', integer('--max-attempts'))
+    .option('--queue <queue>', 'dispatch queue (default "default")')
+    .option('--job-id <id>', 'job id (default: a random UUID); enqueuing an id again records nothing')
+    .option('--json', 'machine-readable output')
+    .action(async (name: string, flags: EnqueueFlags) => {
+      const input: EnqueueInput = {
+        name,
+        ...(flags.args !== undefined ? { args: flags.args } : {}),
+        ...(flags.key !== undefined ? { key: flags.key } : {}),
+        ...(flags.limit !== undefined ? { limit: flags.limit } : {}),
+        ...(flags.lease !== undefined ? { leaseMs: flags.lease } : {}),
+        ...(flags.priority !== undefined ? { priority: flags.priority } : {}),
+        ...(flags.runAt !== undefined ? { runAt: flags.runAt } : {}),
+        ...(flags.delay !== undefined ? { delayMs: flags.delay } : {}),
+        ...(flags.maxAttempts !== undefined ? { maxAttempts: flags.maxAttempts } : {}),
+        ...(flags.queue !== undefined ? { queue: flags.queue } : {}),
+        ...(flags.jobId !== undefined ? { jobId: flags.jobId } : {}),
+      };
+      const result = await withLedger(ctx, (ledger) =>
+        ledger.enqueue(input, { by: process.env.USER ?? 'cli', via: 'cli' }).catch((error: unknown) => {
+          if (error instanceof ValidationError) {
+            const top = error.field.split(/[.[]/)[0] ?? error.field;
+            throw new UsageError(`${FLAG_OF[top] ?? error.field}: ${error.problem}`);
+          }
+          throw error;
+        }),
+      );
+      print({ json: flags.json === true }, { jobId: result.jobId, status: result.status }, () => `${result.jobId} ${result.status}`);
+    });
+};

@@ -1,0 +1,18 @@
+import Table from 'cli-table3';
+
+export interface Output {
+  readonly json: boolean;
+}
+
+/** Prints a value as JSON (--json) or as the human form `human` renders. */
+export const print = (out: Output, value: unknown, human: () => string): void => {
+  process.stdout.write(out.json ? `${JSON.stringify(value, null, 2)}\n` : `${human()}\n`);
+};
+
+export const table = (head: readonly string[], rows: readonly (readonly unknown[])[]): string => {
+  const t = new Table({ head: [...head], style: { head: [], border: [] } });
+  for (const row of rows) t.push(row.map((cell) => (cell === null || cell === undefined ? '' : String(cell))));
+  return t.toString();
+};
+
+export const time = (epochMs: number | null | undefined): string => (epochMs == null ? '' : new Date(epochMs).toISOString());
