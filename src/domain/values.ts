@@ -101,7 +101,7 @@ export class ValidationError extends Error {
 const pathOf = (context: t.Context): string =>
   context
     .slice(1)
-    .filter((entry, i, all) => entry.key !== '' && !(i > 0 && /^\d+$/.test(entry.key) && all[i - 1]?.type instanceof t.UnionType))
+    .filter((entry, i, all) => entry.key !== '' && !(i > 0 && /^\d+$/.test(entry.key) && (all[i - 1]?.type instanceof t.UnionType || all[i - 1]?.type instanceof t.IntersectionType)))
     .reduce((path, { key }) => (/^\d+$/.test(key) ? `${path}[${key}]` : path ? `${path}.${key}` : key), '');
 
 /** The first decoding error as a ValidationError naming the field. */
