@@ -1,0 +1,47 @@
+import type pg from 'pg';
+import { eventStore } from './migrations/0001-event-store.js';
+
+export interface Migration {
+  /** Applied in increasing order; never renumber or edit one that has shipped, append a new one. */
+  readonly version: number;
+  readonly name: string;
+  /** Runs inside a transaction, so no CREATE INDEX CONCURRENTLY and the like. */
+  readonly sql: string;
+}
+
+export const migrations: readonly Migration[] = [eventStore];
+
+/**
+ * Applies the pending migrations, all in one transaction: a process sees the whole schema or the
+ * one it had. Safe to call from many processes at once: a transaction-scoped advisory lock makes
+ * them take turns, and each re-reads schema_migrations once it holds the lock.
+ */
+export async function migrate(pool: pg.Pool): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query(`SELECT pg_advisory_xact_lock(hashtextextended('jobledger:migrate', 0))`);
+    await client.query(`
+      CREATE TABLE IF NOT EXISTS schema_migrations (
+        version    integer PRIMARY KEY,
+        name       text NOT NULL,
+        applied_at timestamptz NOT NULL DEFAULT now()
+      )`);
+    const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
+    const applied = new Set(rows.map((row) => row.version));
+    for (const migration of migrations) {
+      if (applied.has(migration.version)) continue;
+      await client.query(migration.sql);
+      await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [
+        migration.version,
+        migration.name,
+      ]);
+    }
+    await client.query('COMMIT');
+    client.release();
+  } catch (error) {
+    // Closing the connection rolls back and frees the lock, whatever state the failure left it in.
+    client.release(true);
+    throw error;
+  }
+}

@@ -1,0 +1,84 @@
+import pg from 'pg';
+import { afterEach, describe, expect, it } from 'vitest';
+import { migrate, migrations } from '../../../src/adapters/postgres/migrations.js';
+import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+
+describe('migrate', () => {
+  const cleanups: (() => Promise<void>)[] = [];
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  });
+
+  async function database(): Promise<TestDatabase> {
+    const db = await createTestDatabase();
+    cleanups.push(() => db.drop());
+    return db;
+  }
+
+  function poolFor(db: TestDatabase): pg.Pool {
+    const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+    cleanups.push(async () => {
+      // pool.end() resolves before its connections have closed; drop() (FORCE) may kill them first.
+      pool.on('error', () => undefined);
+      await pool.end();
+    });
+    return pool;
+  }
+
+  const appliedVersions = async (pool: pg.Pool): Promise<number[]> =>
+    (await pool.query<{ version: number }>('SELECT version FROM schema_migrations ORDER BY version')).rows.map(
+      (row) => row.version,
+    );
+
+  it('lists migrations with increasing versions from 1 and distinct names', () => {
+    expect(migrations.map((m) => m.version)).toEqual(migrations.map((_, i) => i + 1));
+    expect(new Set(migrations.map((m) => m.name)).size).toBe(migrations.length);
+  });
+
+  it('applies every migration once and does nothing the second time', async () => {
+    const pool = poolFor(await database());
+    await migrate(pool);
+    const first = await pool.query('SELECT version, name, applied_at FROM schema_migrations ORDER BY version');
+    expect(first.rows.map((row) => [row.version, row.name])).toEqual(migrations.map((m) => [m.version, m.name]));
+
+    await migrate(pool);
+    const second = await pool.query('SELECT version, name, applied_at FROM schema_migrations ORDER BY version');
+    expect(second.rows).toEqual(first.rows);
+  });
+
+  it('is safe when five processes migrate the same database at once', async () => {
+    const db = await database();
+    const pools = Array.from({ length: 5 }, () => poolFor(db));
+    await Promise.all(pools.map((pool) => migrate(pool)));
+    expect(await appliedVersions(pools[0]!)).toEqual(migrations.map((m) => m.version));
+    const { rows } = await pools[0]!.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('events', 'streams', 'snapshots')`,
+    );
+    expect(rows[0]!.n).toBe(3);
+  });
+
+  it('leaves the database as it was when a migration fails', async () => {
+    const pool = poolFor(await database());
+    await pool.query('CREATE TABLE events (squatter int)');
+    await expect(migrate(pool)).rejects.toMatchObject({ code: '42P07' });
+    const { rows } = await pool.query(`SELECT to_regclass('schema_migrations') AS m, to_regclass('streams') AS s`);
+    expect(rows[0]).toEqual({ m: null, s: null });
+  });
+
+  it('documents every column and index of the event store schema', async () => {
+    const pool = poolFor(await database());
+    await migrate(pool);
+    const { rows } = await pool.query<{ what: string }>(`
+      SELECT c.relname || '.' || a.attname AS what
+      FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+      WHERE c.relname IN ('events', 'streams', 'snapshots') AND a.attnum > 0 AND NOT a.attisdropped
+        AND col_description(c.oid, a.attnum) IS NULL
+      UNION ALL
+      SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
+      WHERE t.relname IN ('events', 'streams', 'snapshots') AND obj_description(i.oid, 'pg_class') IS NULL
+      UNION ALL
+      SELECT relname FROM pg_class
+      WHERE relname IN ('events', 'streams', 'snapshots') AND obj_description(oid, 'pg_class') IS NULL`);
+    expect(rows.map((row) => row.what)).toEqual([]);
+  });
+});
