@@ -4,6 +4,7 @@ import * as t from 'io-ts';
 import { v5 as uuidv5 } from 'uuid';
 import type { Command, JobSpec } from '../domain/commands.js';
 import type { KeyEvent } from '../domain/events.js';
+import { DuplicateEventIdError } from '../domain/ports/event-store.js';
 import { streamFor } from '../domain/streams.js';
 import { JsonArgs, Key, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, ValidationError, decodeWith, refine } from '../domain/values.js';
 import type { KeyCommand, KeyCommandHandler } from './key-command-handler.js';
@@ -142,18 +143,37 @@ export const enqueueMany = async (
     if (ids.has(job.jobId)) throw new ValidationError(`jobs[${i}].jobId`, `${job.jobId} appears twice in the batch`);
     ids.add(job.jobId);
   });
-  const seen = await options.recorded(planned.map((p) => enqueuedEventId(p.job.jobId)));
-  const fresh = planned.filter((p) => !seen.has(enqueuedEventId(p.job.jobId)));
-  const batches = batchByKey(fresh, options.metadata);
-  const results = await handler.executeMany(batches);
-  const eventsByStream = new Map<string, KeyEvent[]>();
-  results.forEach((r, i) => {
-    // The decider never refuses an enqueue; a Left here is a broken invariant, not bad input.
-    if (E.isLeft(r)) throw new Error(`enqueue refused: ${JSON.stringify(r.left)}`);
-    const stream = batches[i]!.stream;
-    eventsByStream.set(stream, [...(eventsByStream.get(stream) ?? []), ...r.right.events]);
-  });
+  const eventsByStream = await recordFresh(handler, planned, options);
   return planned.map(({ job, stream }) => ({ jobId: job.jobId, stream, status: statusOf(job.jobId, eventsByStream.get(stream) ?? []) }));
+};
+
+/**
+ * Drops the jobs whose enqueue is already recorded, then decides and appends the rest. A job of
+ * the batch recorded by someone else between the check and the append makes the store refuse the
+ * whole append (its JobEnqueued event id is unique); the check then runs again.
+ */
+const recordFresh = async (
+  handler: KeyCommandHandler,
+  planned: readonly Planned[],
+  options: { readonly recorded: (eventIds: readonly string[]) => Promise<ReadonlySet<string>>; readonly metadata?: Record<string, unknown> },
+): Promise<Map<string, KeyEvent[]>> => {
+  for (let attempt = 1; ; attempt++) {
+    const seen = await options.recorded(planned.map((p) => enqueuedEventId(p.job.jobId)));
+    const batches = batchByKey(planned.filter((p) => !seen.has(enqueuedEventId(p.job.jobId))), options.metadata);
+    try {
+      const results = await handler.executeMany(batches);
+      const eventsByStream = new Map<string, KeyEvent[]>();
+      results.forEach((r, i) => {
+        // The decider never refuses an enqueue; a Left here is a broken invariant, not bad input.
+        if (E.isLeft(r)) throw new Error(`enqueue refused: ${JSON.stringify(r.left)}`);
+        const stream = batches[i]!.stream;
+        eventsByStream.set(stream, [...(eventsByStream.get(stream) ?? []), ...r.right.events]);
+      });
+      return eventsByStream;
+    } catch (error) {
+      if (!(error instanceof DuplicateEventIdError) || attempt >= 3) throw error;
+    }
+  }
 };
 
 /** Consecutive jobs of one stream with the same limit and lease become one EnqueueMany. */

@@ -98,10 +98,12 @@ export class ValidationError extends Error {
   }
 }
 
+const isCombinator = (type: t.Decoder<unknown, unknown> | undefined) => type instanceof t.UnionType || type instanceof t.IntersectionType;
+
+/** `jobs[2].limit`: the keys of the context, without the member indexes of unions and intersections. */
 const pathOf = (context: t.Context): string =>
   context
-    .slice(1)
-    .filter((entry, i, all) => entry.key !== '' && !(i > 0 && /^\d+$/.test(entry.key) && (all[i - 1]?.type instanceof t.UnionType || all[i - 1]?.type instanceof t.IntersectionType)))
+    .filter((entry, i) => i > 0 && entry.key !== '' && !(/^\d+$/.test(entry.key) && isCombinator(context[i - 1]?.type)))
     .reduce((path, { key }) => (/^\d+$/.test(key) ? `${path}[${key}]` : path ? `${path}.${key}` : key), '');
 
 /** The first decoding error as a ValidationError naming the field. */

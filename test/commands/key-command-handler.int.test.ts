@@ -20,6 +20,8 @@ let ledger: Ledger;
 beforeAll(async () => {
   db = await createTestDatabase();
   pool = new pg.Pool({ connectionString: db.url, max: 30 });
+  // drop() terminates what pool.end() has not closed yet
+  pool.on('error', () => undefined);
   ledger = await createLedger({ pool });
 });
 
@@ -160,6 +162,15 @@ describe('enqueue', () => {
     expect(await eventsOf(stream)).toEqual(before);
   });
 
+  it('10 concurrent enqueues of one job id, on its key and on another key, record it once', async () => {
+    const ledgers = await Promise.all(Array.from({ length: 10 }, () => newLedger()));
+    const results = await Promise.all(ledgers.map((l, i) => l.enqueue({ name: 'a', key: i % 2 ? 'same-id:x' : 'same-id:y', limit: 1, jobId: 'same-id' })));
+    await Promise.all(ledgers.map((l) => l.close()));
+    expect(results.filter((r) => r.status !== 'duplicate')).toHaveLength(1);
+    const { rows } = await pool.query(`SELECT count(*)::int AS n FROM events WHERE type = 'JobEnqueued' AND data->>'jobId' = 'same-id'`);
+    expect(rows[0].n).toBe(1);
+  });
+
   it('a batch over several keys is one transaction, each key admitted against its own limit', async () => {
     const results = await ledger.enqueueMany([
       { name: 'a', key: 'batch:x', limit: 1, jobId: 'bx-1' },
@@ -237,9 +248,9 @@ describe('snapshots and the cache', () => {
     return { handler: new KeyCommandHandler({ store: counting, snapshots: new PostgresSnapshotStore(pool) }, { snapshotEvery, eventId: keyEventId }), reads };
   };
 
-  const churn = async (handler: KeyCommandHandler, stream: string, n: number) => {
+  const churn = async (handler: KeyCommandHandler, stream: string, n: number, prefix = stream) => {
     for (let i = 0; i < n; i++) {
-      const jobId = `${stream}-${i}`;
+      const jobId = `${prefix}-${i}`;
       await handler.execute(stream, { type: 'Enqueue', limit: 1, job: { jobId, name: 'a', args: null, queue: 'default', priority: 0, maxAttempts: 3, runAt: null } });
       const { state } = await handler.load(stream);
       const leaseId = state.jobs[jobId]!.lease!.leaseId;
@@ -250,25 +261,29 @@ describe('snapshots and the cache', () => {
 
   it('saves a snapshot every N events, and a new process loads it plus only the delta', async () => {
     const stream = keyStream('snap');
-    await churn(handlerOn(10).handler, stream, 6); // 1 + 6 * 5 = 31 events
-    const { rows } = await pool.query('SELECT revision::int AS revision, schema_version FROM snapshots WHERE stream = $1', [stream]);
-    expect(rows).toEqual([{ revision: 29, schema_version: KEY_STATE_SCHEMA_VERSION }]);
+    const { handler } = handlerOn(10);
+    // the first cycle writes 6 events (with KeyLimitSet), each later one 5: 6 + 4 * 5 = 26
+    await churn(handler, stream, 5);
+    const snapshotAt = async () => (await pool.query('SELECT revision::int AS revision, schema_version FROM snapshots WHERE stream = $1', [stream])).rows;
+    // the 4th cycle's Complete takes the stream from 19 to 21 events: a snapshot at its last revision, 20
+    expect(await snapshotAt()).toEqual([{ revision: 20, schema_version: KEY_STATE_SCHEMA_VERSION }]);
 
     const fresh = handlerOn(10);
     const loaded = await fresh.handler.load(stream);
-    expect(fresh.reads).toEqual([1]); // revision 30 only
+    expect(fresh.reads).toEqual([5]); // revisions 21..25 only
     const all = await eventsOf(stream);
-    expect(loaded).toEqual({ state: fold(initialKeyState, all.map(decodeRecorded)), revision: 30 });
+    expect(all).toHaveLength(26);
+    expect(loaded).toEqual({ state: fold(initialKeyState, all.map(decodeRecorded)), revision: 25 });
   });
 
   it('the cache still reads the delta: a write by another process is seen', async () => {
     const stream = keyStream('cache');
     const a = handlerOn(0);
     const b = handlerOn(0);
-    await churn(a.handler, stream, 1);
-    await churn(b.handler, stream, 1);
+    await churn(a.handler, stream, 1, 'cache-a');
+    await churn(b.handler, stream, 1, 'cache-b');
     const before = await a.handler.load(stream);
-    expect(before.revision).toBe(9);
+    expect(before.revision).toBe(10); // 6 events by a, 5 by b
     a.reads.length = 0;
     await a.handler.load(stream);
     expect(a.reads).toEqual([0]); // nothing new: the cached state plus an empty delta

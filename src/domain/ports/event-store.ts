@@ -79,6 +79,17 @@ export class WrongExpectedRevisionError extends Error {
   }
 }
 
+/** An event id the store holds already: nothing of the append (or of its batch) was written. */
+export class DuplicateEventIdError extends Error {
+  override readonly name = 'DuplicateEventIdError';
+  constructor(
+    readonly stream: string,
+    readonly detail: string,
+  ) {
+    super(`stream ${JSON.stringify(stream)}: an event id is already recorded (${detail})`);
+  }
+}
+
 export interface ReadStreamOptions {
   /** First revision to return (inclusive). Default 0. */
   readonly fromRevision?: StreamRevision;
@@ -125,6 +136,8 @@ export interface EventStore {
    * A handler that throws ends the subscription (its `done` rejects).
    */
   subscribe(options: SubscribeOptions, handler: (events: readonly RecordedEvent[]) => Promise<void>): Subscription;
+  /** Which of these event ids the store holds already (an idempotent writer's "did this happen?"). */
+  recordedEventIds(eventIds: readonly string[]): Promise<ReadonlySet<string>>;
   close(): Promise<void>;
 }
 

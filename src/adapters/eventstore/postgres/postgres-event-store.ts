@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import {
+  DuplicateEventIdError,
   START,
   WrongExpectedRevisionError,
   type AppendResult,
@@ -205,7 +206,14 @@ export class PostgresEventStore implements EventStore {
     const kind = append.expected === 'any' ? 'any' : append.expected === 'no_stream' ? 'no_stream' : 'exact';
     const values: unknown[] = [append.stream, append.payload, append.events.length, append.notification];
     if (kind === 'exact') values.push(append.expected);
-    const { rows } = await client.query<WrittenRow>({ name: `jobledger_append_${kind}`, text: APPEND_SQL[kind], values });
+    const { rows } = await client
+      .query<WrittenRow>({ name: `jobledger_append_${kind}`, text: APPEND_SQL[kind], values })
+      .catch((error: unknown) => {
+        if (isPgError(error) && error.code === '23505' && error.constraint === 'events_event_id_key') {
+          throw new DuplicateEventIdError(append.stream, error.detail ?? '');
+        }
+        throw error;
+      });
     if (rows.length > 0) return rows.sort((a, b) => Number(a.stream_revision) - Number(b.stream_revision));
     // Nothing written. Read the revision in a statement of its own: the append's snapshot may
     // predate the writer that moved the stream on.
@@ -221,6 +229,8 @@ export class PostgresEventStore implements EventStore {
 }
 
 const MAX_ATTEMPTS = 10;
+
+const isPgError = (error: unknown): error is pg.DatabaseError => error instanceof Error && 'code' in error && 'constraint' in error;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
