@@ -10,7 +10,7 @@ export const print = (out: Output, value: unknown, human: () => string): void =>
 };
 
 export const table = (head: readonly string[], rows: readonly (readonly unknown[])[]): string => {
-  const t = new Table({ head: [...head], style: { head: [], border: [] } });
+  const t = new Table({ head: [...head], style: { head: [], border: [], compact: true } });
   for (const row of rows) t.push(row.map((cell) => (cell === null || cell === undefined ? '' : String(cell))));
   return t.toString();
 };

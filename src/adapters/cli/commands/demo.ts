@@ -33,11 +33,14 @@ interface Summary {
   longestParkMs: number;
 }
 
-const summarise = (key: string, events: readonly KeyEvent[]): Summary => {
+/** Folds the whole stream (earlier demo runs included) and counts what happened from `from` on. */
+const summarise = (key: string, all: readonly KeyEvent[], from: number): Summary => {
   let state = initialKeyState;
   let largestOverlap = 0;
-  for (const e of events) {
+  const events = all.slice(from);
+  for (const [i, e] of all.entries()) {
     state = evolve(state, e);
+    if (i < from) continue;
     // Overlap counts jobs a worker is running: holders whose lease was started.
     largestOverlap = Math.max(largestOverlap, holders(state).filter((h) => h.lease?.workerId != null).length);
   }
@@ -129,7 +132,7 @@ export const registerDemo = (program: Command, ctx: CommandContext): void => {
         const audits = new Map<string, KeyEvent[]>();
         for (const { key } of KEYS) {
           const events = (await ledger.store.readStream(keyStream(key))).map(decodeRecorded);
-          summaries.push(summarise(key, events.slice(before.get(key) ?? 0)));
+          summaries.push(summarise(key, events, before.get(key) ?? 0));
           audits.set(key, events.slice(before.get(key) ?? 0));
         }
         const audited = audits.get(KEYS[0].key) ?? [];
@@ -137,10 +140,10 @@ export const registerDemo = (program: Command, ctx: CommandContext): void => {
         print({ json: flags.json === true }, { summaries, audit: { key: KEYS[0].key, events: audited } }, () =>
           [
             table(['key', 'limit', 'jobs', 'largest overlap', 'handoffs', 'retries', 'longest park'], summaries.map((s) => [s.key, s.limit, s.jobs, s.largestOverlap, s.handoffs, s.retries, `${s.longestParkMs} ms`])),
-            `\nthe ledger of ${KEYS[0].key} (first 30 events):`,
+            `\nthe ledger of ${KEYS[0].key}, from the first slot handoff (40 events; \`jobledger state --key ${KEYS[0].key}\` folds it):`,
             table(
               ['+ms', 'event', 'job', 'lease', 'detail'],
-              audited.slice(0, 30).map((e) => {
+              audited.filter((e) => e.type !== 'JobEnqueued' && e.type !== 'JobParked').slice(0, 40).map((e) => {
                 const d = e.data as Record<string, unknown>;
                 const detail = e.type === 'SlotReleased' ? d.reason : e.type === 'JobPromoted' ? `waited ${d.waitedMs} ms` : e.type === 'JobStarted' ? `${d.workerId}, attempt ${d.attempt}` : e.type === 'JobFailed' ? d.error : e.type === 'KeyLimitSet' ? `limit ${d.limit}` : '';
                 return [e.data.at - t0, e.type, d.jobId ?? '', d.leaseId ?? '', detail];
