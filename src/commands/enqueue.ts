@@ -78,6 +78,8 @@ const EnqueueInputCodec = t.type({
 });
 
 interface Planned {
+  /** The caller chose the job id: it may have been enqueued before, so the store is asked. */
+  readonly givenId: boolean;
   readonly stream: string;
   readonly key: string | null;
   readonly limit: number | undefined;
@@ -97,6 +99,7 @@ export const planEnqueue = (input: EnqueueInput, now: number, field = ''): Plann
   const jobId = i.jobId ?? randomUUID();
   const key = i.key ?? null;
   return {
+    givenId: i.jobId !== undefined,
     stream: streamFor(key, jobId),
     key,
     limit: key === null ? 1 : i.limit,
@@ -158,7 +161,9 @@ const recordFresh = async (
   options: { readonly recorded: (eventIds: readonly string[]) => Promise<ReadonlySet<string>>; readonly metadata?: Record<string, unknown> },
 ): Promise<Map<string, KeyEvent[]>> => {
   for (let attempt = 1; ; attempt++) {
-    const seen = await options.recorded(planned.map((p) => enqueuedEventId(p.job.jobId)));
+    // A random UUID of ours cannot have been recorded before: only given ids cost a lookup.
+    const given = planned.filter((p) => p.givenId).map((p) => enqueuedEventId(p.job.jobId));
+    const seen = given.length > 0 ? await options.recorded(given) : new Set<string>();
     const batches = batchByKey(planned.filter((p) => !seen.has(enqueuedEventId(p.job.jobId))), options.metadata);
     try {
       const results = await handler.executeMany(batches);

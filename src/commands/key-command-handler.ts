@@ -1,7 +1,7 @@
 import * as E from 'fp-ts/lib/Either.js';
 import { decodeCommand, type Command } from '../domain/commands.js';
 import { decide } from '../domain/decide/index.js';
-import type { DomainError } from '../domain/errors.js';
+import { describeDomainError, type DomainError } from '../domain/errors.js';
 import type { KeyEvent } from '../domain/events.js';
 import { fold, type KeyState } from '../domain/key-state.js';
 import {
@@ -14,6 +14,7 @@ import {
   type StreamRevision,
 } from '../domain/ports/event-store.js';
 import { silentLogger, type Logger } from '../domain/ports/logger.js';
+import { KEY_STREAM_PREFIX } from '../domain/streams.js';
 import { ValidationError } from '../domain/values.js';
 import { KeyStateLoader, type Loaded } from './key-state-loader.js';
 
@@ -131,6 +132,12 @@ export class KeyCommandHandler {
           await this.loader.remember(w.stream, states.get(w.stream)!, w.nextExpectedRevision, before);
         }
         const revisions = new Map(written.map((w) => [w.stream, w.nextExpectedRevision]));
+        results.forEach((r, i) => {
+          if (E.isRight(r) && r.right.events.length > 0) {
+            const { stream, command } = items[i]!;
+            this.log.debug({ ...logFields(stream, command), revision: revisions.get(stream), events: r.right.events.map((e) => e.type) }, 'command appended');
+          }
+        });
         return results.map((r, i) => E.map((d: Decided) => ({ ...d, revision: revisions.get(items[i]!.stream) ?? d.revision }))(r));
       } catch (error) {
         if (!(error instanceof WrongExpectedRevisionError)) throw error;
@@ -150,7 +157,7 @@ export class KeyCommandHandler {
       const state = states.get(stream)!;
       const decision = decide(command, state, now);
       if (E.isLeft(decision)) {
-        this.log.debug({ stream, command: command.type, refusal: decision.left }, 'command refused');
+        this.log.info({ ...logFields(stream, command), refusal: decision.left.tag }, describeDomainError(decision.left));
         return decision;
       }
       const events = decision.right;
@@ -179,5 +186,13 @@ export class KeyCommandHandler {
     };
   }
 }
+
+/** The fields every log line about a command carries: key (or stream), jobId, leaseId. */
+const logFields = (stream: string, command: Command) => ({
+  ...(stream.startsWith(KEY_STREAM_PREFIX) ? { key: stream.slice(KEY_STREAM_PREFIX.length) } : { stream }),
+  command: command.type,
+  ...('jobId' in command && command.jobId !== undefined ? { jobId: command.jobId } : {}),
+  ...('leaseId' in command ? { leaseId: command.leaseId } : {}),
+});
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

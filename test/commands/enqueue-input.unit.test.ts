@@ -63,6 +63,7 @@ describe('enqueue input: defaults and conversions', () => {
   it('fills the defaults', () => {
     const p = planEnqueue({ name: 'sendEmail', key: 'user:1', jobId: 'j1' }, NOW);
     expect(p).toEqual({
+      givenId: true,
       stream: 'key:user:1',
       key: 'user:1',
       limit: undefined,
