@@ -1,6 +1,6 @@
 import * as E from 'fp-ts/lib/Either.js';
 import * as t from 'io-ts';
-import { Jitter, JsonArgs, Key, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, Time, ValidationError, decodeWith } from './values.js';
+import { Jitter, JsonArgs, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, Time, ValidationError, decodeWith } from './values.js';
 
 // The commands a key's decider takes, as io-ts codecs: the command layer decodes every command
 // with them before deciding, so the decider trusts their shape and guards only what depends on

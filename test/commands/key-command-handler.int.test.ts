@@ -11,23 +11,20 @@ import { fold, holders, initialKeyState, jobsIn, type KeyState } from '../../src
 import type { RecordedEvent } from '../../src/domain/ports/event-store.js';
 import { keyStream } from '../../src/domain/streams.js';
 import { ValidationError } from '../../src/domain/values.js';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 
-let db: TestDatabase;
+let db: MigratedDatabase;
 let pool: pg.Pool;
 let ledger: Ledger;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = new pg.Pool({ connectionString: db.url, max: 30 });
-  // drop() terminates what pool.end() has not closed yet
-  pool.on('error', () => undefined);
-  ledger = await createLedger({ pool });
+  db = await createMigratedDatabase(30);
+  pool = db.pool;
+  ledger = await createLedger({ pool, migrate: false });
 });
 
 afterAll(async () => {
   await ledger.close();
-  await pool.end();
   await db.drop();
 });
 

@@ -1,45 +1,24 @@
-import pg from 'pg';
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
-import { migrate } from '../../src/adapters/postgres/migrations.js';
-import { createTestDatabase } from '../support/database.js';
+import { createMigratedDatabase } from '../support/database.js';
+import { heldAppend } from '../support/held-append.js';
 import { eventStoreContract } from './event-store.contract.js';
 
 eventStoreContract('PostgresEventStore', async () => {
-  const db = await createTestDatabase();
-  const pool = new pg.Pool({ connectionString: db.url, max: 16 });
-  await migrate(pool);
-  const store = new PostgresEventStore(pool);
-  const openGates: (() => void)[] = [];
+  const db = await createMigratedDatabase(16);
+  const store = new PostgresEventStore(db.pool);
+  const held: (() => void)[] = [];
   return {
     store,
     // The held transaction is a real append whose inline handler waits for the commit call.
     async holdOpenTransaction(stream, event) {
-      let open!: () => void;
-      const gate = new Promise<void>((resolve) => (open = resolve));
-      openGates.push(open);
-      let written!: () => void;
-      const inside = new Promise<void>((resolve) => (written = resolve));
-      const holder = new PostgresEventStore(pool, {
-        inlineHandlers: [
-          async () => {
-            written();
-            await gate;
-          },
-        ],
-      });
-      const append = holder.append(stream, 'any', [event]);
-      await Promise.race([inside, append]);
-      return async () => {
-        open();
-        await append;
-      };
+      const append = heldAppend(db.pool, stream, event);
+      held.push(append.release);
+      await append.written;
+      return append.commit;
     },
     async teardown() {
-      openGates.forEach((open) => open());
+      held.forEach((release) => release());
       await store.close();
-      // pool.end() resolves before its connections have closed; drop() (FORCE) may kill them first.
-      pool.on('error', () => undefined);
-      await pool.end();
       await db.drop();
     },
   };

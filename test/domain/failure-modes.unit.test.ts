@@ -129,22 +129,24 @@ describe('FAILURE-MODES #5: a job scheduled for later blocks its key (pgbus)', (
   });
 });
 
+/** Limit 2: a and b started, c and d parked. */
+const twoRunningTwoParked = [
+  limitSet(2),
+  enqueued(a),
+  acquired('a', 'a:1'),
+  enqueued(b),
+  acquired('b', 'b:2'),
+  started('a', 'a:1', T0),
+  started('b', 'b:2', T0),
+  enqueued(c),
+  parked('c'),
+  enqueued(d),
+  parked('d'),
+];
+
 describe('FAILURE-MODES #6: two holders finish at once, only one parked job promoted (solid_queue #694)', () => {
-  const history = [
-    limitSet(2),
-    enqueued(a),
-    acquired('a', 'a:1'),
-    enqueued(b),
-    acquired('b', 'b:2'),
-    started('a', 'a:1', T0),
-    started('b', 'b:2', T0),
-    enqueued(c),
-    parked('c'),
-    enqueued(d),
-    parked('d'),
-  ];
   it('both releases promote: the second re-decides and promotes the other parked job', () => {
-    const s = race(history, { type: 'Complete', jobId: 'a', leaseId: 'a:1' }, { type: 'Complete', jobId: 'b', leaseId: 'b:2' }, T0 + SEC);
+    const s = race(twoRunningTwoParked, { type: 'Complete', jobId: 'a', leaseId: 'a:1' }, { type: 'Complete', jobId: 'b', leaseId: 'b:2' }, T0 + SEC);
     expect(holders(s).map((j) => j.jobId).sort()).toEqual(['c', 'd']);
     expect(jobsIn(s, 'parked')).toEqual([]);
   });
@@ -152,20 +154,7 @@ describe('FAILURE-MODES #6: two holders finish at once, only one parked job prom
 
 describe('FAILURE-MODES #7: the recovery sweep frees one slot per key per run (solid_queue #502)', () => {
   it('one ExpireLeases reclaims every silent holder of the key and promotes as many parked jobs', () => {
-    const history = [
-      limitSet(2),
-      enqueued(a),
-      acquired('a', 'a:1'),
-      enqueued(b),
-      acquired('b', 'b:2'),
-      started('a', 'a:1', T0),
-      started('b', 'b:2', T0),
-      enqueued(c),
-      parked('c'),
-      enqueued(d),
-      parked('d'),
-    ];
-    const s = given(...history).when({ type: 'ExpireLeases', jitter: 0 }, T0 + LEASE).state();
+    const s = given(...twoRunningTwoParked).when({ type: 'ExpireLeases', jitter: 0 }, T0 + LEASE).state();
     expect(holders(s).map((j) => j.jobId)).toEqual(['c', 'd']);
     expect(jobsIn(s, 'scheduled').map((j) => j.jobId)).toEqual(['a', 'b']);
   });

@@ -73,3 +73,25 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     },
   };
 }
+
+export interface MigratedDatabase extends TestDatabase {
+  readonly pool: pg.Pool;
+}
+
+/** A fresh database with jobledger's schema and a pool on it; drop() ends the pool, then drops the database. */
+export async function createMigratedDatabase(max = 8): Promise<MigratedDatabase> {
+  const { migrate } = await import('../../src/adapters/postgres/migrations.js');
+  const db = await createTestDatabase();
+  const pool = new pg.Pool({ connectionString: db.url, max });
+  // pool.end() resolves before its connections have closed; drop() (FORCE) may kill them first.
+  pool.on('error', () => undefined);
+  await migrate(pool);
+  return {
+    url: db.url,
+    pool,
+    async drop() {
+      await pool.end();
+      await db.drop();
+    },
+  };
+}

@@ -9,9 +9,9 @@ import {
   PostgresEventStore,
   type InlineHandler,
 } from '../../../src/adapters/eventstore/postgres/postgres-event-store.js';
-import { migrate } from '../../../src/adapters/postgres/migrations.js';
 import type { EventToAppend, RecordedEvent } from '../../../src/domain/ports/event-store.js';
-import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { createMigratedDatabase, type MigratedDatabase } from '../../support/database.js';
+import { heldAppend } from '../../support/held-append.js';
 
 const event = (type: string): EventToAppend & { eventId: string } => ({ type, data: { type }, eventId: randomUUID() });
 const uniquePrefix = (): string => `p${randomBytes(5).toString('hex')}-`;
@@ -26,46 +26,18 @@ async function until<T>(probe: () => Promise<T>, done: (value: T) => boolean, wh
   }
 }
 
-/** An append left open inside its inline handler until `commit()`: its event commits late. */
-function heldAppend(pool: pg.Pool, stream: string, e: EventToAppend) {
-  let open!: () => void;
-  const gate = new Promise<void>((resolve) => (open = resolve));
-  let entered!: () => void;
-  const written = new Promise<void>((resolve) => (entered = resolve));
-  const store = new PostgresEventStore(pool, {
-    inlineHandlers: [
-      async () => {
-        entered();
-        await gate;
-      },
-    ],
-  });
-  const append = store.append(stream, 'any', [e]);
-  return {
-    written: Promise.race([written, append.then(() => undefined)]),
-    commit: async () => {
-      open();
-      await append;
-    },
-  };
-}
-
 describe('PostgresEventStore', () => {
-  let db: TestDatabase;
+  let db: MigratedDatabase;
   let pool: pg.Pool;
   let store: PostgresEventStore;
 
   beforeAll(async () => {
-    db = await createTestDatabase();
-    pool = new pg.Pool({ connectionString: db.url, max: 8 });
-    await migrate(pool);
+    db = await createMigratedDatabase(8);
+    pool = db.pool;
     store = new PostgresEventStore(pool);
   });
   afterAll(async () => {
     await store.close();
-    // pool.end() resolves before its connections have closed; drop() (FORCE) may kill them first.
-    pool.on('error', () => undefined);
-    await pool.end();
     await db.drop();
   });
 

@@ -1,26 +1,16 @@
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrate } from '../../../src/adapters/postgres/migrations.js';
 import { PostgresSnapshotStore } from '../../../src/adapters/postgres/postgres-snapshot-store.js';
-import { createTestDatabase, type TestDatabase } from '../../support/database.js';
+import { createMigratedDatabase, type MigratedDatabase } from '../../support/database.js';
 
 describe('PostgresSnapshotStore', () => {
-  let db: TestDatabase;
-  let pool: pg.Pool;
+  let db: MigratedDatabase;
   let snapshots: PostgresSnapshotStore;
 
   beforeAll(async () => {
-    db = await createTestDatabase();
-    pool = new pg.Pool({ connectionString: db.url, max: 2 });
-    await migrate(pool);
-    snapshots = new PostgresSnapshotStore(pool);
+    db = await createMigratedDatabase(2);
+    snapshots = new PostgresSnapshotStore(db.pool);
   });
-  afterAll(async () => {
-    // pool.end() resolves before its connections have closed; drop() (FORCE) may kill them first.
-    pool.on('error', () => undefined);
-    await pool.end();
-    await db.drop();
-  });
+  afterAll(() => db.drop());
 
   it('has nothing for a stream never snapshotted', async () => {
     expect(await snapshots.load('never')).toBeUndefined();
@@ -38,7 +28,7 @@ describe('PostgresSnapshotStore', () => {
     await snapshots.save({ stream: 'key:b', revision: 20, schemaVersion: 1, state: { v: 20 } });
     await snapshots.save({ stream: 'key:b', revision: 15, schemaVersion: 1, state: { v: 15 } });
     expect(await snapshots.load('key:b')).toEqual({ stream: 'key:b', revision: 20, schemaVersion: 1, state: { v: 20 } });
-    const { rows } = await pool.query('SELECT count(*)::int AS n FROM snapshots WHERE stream = $1', ['key:b']);
+    const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM snapshots WHERE stream = $1', ['key:b']);
     expect(rows[0].n).toBe(1);
   });
 
