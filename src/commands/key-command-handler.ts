@@ -126,7 +126,7 @@ export class KeyCommandHandler {
       const { results, appends, states } = this.decideAll(items, loaded, now);
       if (appends.length === 0) return results;
       try {
-        const written = appends.length === 1 ? [await this.deps.store.append(appends[0]!.stream, appends[0]!.expected, appends[0]!.events)] : await this.deps.store.appendMany(appends);
+        const written = await this.deps.store.appendMany(appends);
         for (const w of written) {
           const before = loaded.get(w.stream)!.revision;
           await this.loader.remember(w.stream, states.get(w.stream)!, w.nextExpectedRevision, before);
