@@ -6,10 +6,17 @@ import type { Command } from '../domain/commands.js';
 import type { EventStore, JsonObject } from '../domain/ports/event-store.js';
 import type { Logger } from '../domain/ports/logger.js';
 import { keyStream } from '../domain/streams.js';
+import { createDispatcher } from '../projections/dispatcher.js';
+import { createReadModelProjections } from '../projections/read-models.js';
+import { inlineProjections } from '../projections/runner.js';
 import { PostgresEventStore } from './eventstore/postgres/postgres-event-store.js';
 import { createLogger } from './logging/logger.js';
 import { migrate } from './postgres/migrations.js';
 import { PostgresSnapshotStore } from './postgres/postgres-snapshot-store.js';
+import { PgQueue } from './queue/pg-queue.js';
+import { inputFor, isJobDefinition, type JobDefinition, type JobOverrides } from './worker/define-job.js';
+import { Sweeper } from './worker/sweeper.js';
+import { Worker, type WorkerOptions } from './worker/worker.js';
 
 export interface LedgerOptions {
   /** PostgreSQL holding the ledger. Either this or `pool`. */
@@ -26,6 +33,13 @@ export interface LedgerOptions {
   readonly snapshotEvery?: number;
   /** Create or upgrade the schema on open (default true). */
   readonly migrate?: boolean;
+  /**
+   * Apply the read models (jl_*) and the dispatcher (queue messages) inside each append's
+   * transaction (default true). Turn off only where they run elsewhere (async runners).
+   */
+  readonly inlineProjections?: boolean;
+  /** Between the sweeper's runs once start() is called (default 1000 ms). */
+  readonly sweepIntervalMs?: number;
 }
 
 /**
@@ -34,40 +48,61 @@ export interface LedgerOptions {
  * optimistic concurrency to the key's stream.
  */
 export class Ledger {
+  private readonly workers = new Set<Worker>();
+  private readonly sweeper: Sweeper;
+
   private constructor(
     readonly store: EventStore,
+    readonly queue: PgQueue,
     private readonly handler: KeyCommandHandler,
     private readonly pool: pg.Pool,
     private readonly ownsPool: boolean,
     private readonly clock: () => number,
-  ) {}
+    private readonly log: Logger,
+    sweepIntervalMs: number | undefined,
+  ) {
+    this.sweeper = new Sweeper(this, pool, log.child({ component: 'sweeper' }), sweepIntervalMs === undefined ? {} : { intervalMs: sweepIntervalMs });
+  }
 
   static async open(options: LedgerOptions): Promise<Ledger> {
     const pool = options.pool ?? createPool(options);
     try {
       if (options.migrate !== false) await migrate(pool);
-      const store = new PostgresEventStore(pool);
+      const queue = new PgQueue(pool);
+      const inline = inlineProjections([createReadModelProjections(), createDispatcher()], {
+        send: (db, name, messages) => queue.sendBatch(name, messages, { db }),
+      });
+      const store = new PostgresEventStore(pool, options.inlineProjections === false ? {} : { inlineHandlers: [inline] });
       const clock = options.clock ?? Date.now;
+      const logger = options.logger ?? createLogger();
       const handler = new KeyCommandHandler(
         {
           store,
           snapshots: new PostgresSnapshotStore(pool),
           clock,
           random: options.random ?? Math.random,
-          logger: options.logger ?? createLogger(),
+          logger,
         },
         { snapshotEvery: options.snapshotEvery ?? 1_000, eventId: keyEventId },
       );
-      return new Ledger(store, handler, pool, options.pool === undefined, clock);
+      return new Ledger(store, queue, handler, pool, options.pool === undefined, clock, logger, options.sweepIntervalMs);
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;
     }
   }
 
-  /** Records the job and admits it (a slot), parks it (key at its limit) or schedules it (due later). */
-  async enqueue(input: EnqueueInput, metadata?: JsonObject): Promise<Enqueued> {
-    const [result] = await this.enqueueMany([input], metadata);
+  /**
+   * Records the job and admits it (a slot), parks it (key at its limit) or schedules it (due
+   * later). Given a defineJob() definition and its args, the key, limit and the rest come from the
+   * definition, with `overrides` on top.
+   */
+  enqueue(input: EnqueueInput, metadata?: JsonObject): Promise<Enqueued>;
+  enqueue<A>(job: JobDefinition<A>, args: A, overrides?: JobOverrides): Promise<Enqueued>;
+  async enqueue<A>(first: EnqueueInput | JobDefinition<A>, second?: A | JsonObject, overrides?: JobOverrides): Promise<Enqueued> {
+    const [result] = isJobDefinition(first)
+      ? await this.enqueueMany([inputFor(first, second as A, overrides)])
+      : await this.enqueueMany([first as EnqueueInput], second as JsonObject | undefined);
     return result!;
   }
 
@@ -95,7 +130,22 @@ export class Ledger {
     return this.handler.load(keyStream(key));
   }
 
+  /** A worker running jobs from one dispatch queue; call start() on it, and stop() to shut it down gracefully. */
+  worker(options: WorkerOptions): Worker {
+    const worker = new Worker(this, this.queue, this.log.child({ component: 'worker', queue: options.queue ?? 'default' }), options);
+    this.workers.add(worker);
+    return worker;
+  }
+
+  /** Starts the background parts: the sweeper (one instance leads across processes). */
+  start(): void {
+    this.sweeper.start();
+  }
+
+  /** Stops the sweeper and any worker still running (gracefully), then closes the store. */
   async close(): Promise<void> {
+    await this.sweeper.stop();
+    await Promise.all([...this.workers].map((w) => w.stop()));
     await this.store.close();
     if (this.ownsPool) await this.pool.end();
   }

@@ -1,0 +1,59 @@
+import type { Command } from 'commander';
+import { loadHandlers } from '../../worker/load-handlers.js';
+import { openDatabase } from '../database.js';
+import type { CommandContext } from '../context.js';
+import { createLedger } from '../../ledger.js';
+import { duration, integer } from '../parse.js';
+
+interface WorkerFlags {
+  handlers: string;
+  queue?: string;
+  concurrency?: number;
+  grace?: number;
+  sweeper?: boolean;
+  visibility?: number;
+  heartbeat: boolean;
+}
+
+export const registerWorker = (program: Command, ctx: CommandContext): void => {
+  program
+    .command('worker')
+    .description('run jobs from a dispatch queue until SIGTERM/SIGINT (graceful: running jobs finish or are yielded; a second signal exits at once)')
+    .requiredOption('--handlers <path>', 'handlers module (ESM or CommonJS): export default { jobName: async (args, ctx) => { … } }')
+    .option('--queue <queue>', 'dispatch queue to read', 'default')
+    .option('--concurrency <n>', 'handlers running at once', integer('--concurrency'), 10)
+    .option('--grace <duration>', 'at shutdown, how long running handlers may finish before they are yielded', duration('--grace'), 10_000)
+    .option('--sweeper', 'also run the sweeper (lease expiry, due jobs); one instance leads at a time')
+    .option('--visibility <duration>', 'how long a message read but not yet started stays invisible to other workers', duration('--visibility'))
+    .option('--no-heartbeat', 'do not renew leases (for testing lease fencing: a lease then lapses under a live handler)')
+    .action(async (flags: WorkerFlags) => {
+      const handlers = await loadHandlers(flags.handlers);
+      const db = await openDatabase((line) => ctx.logger.debug({ embedded: line }));
+      const ledger = await createLedger({ databaseUrl: db.url, logger: ctx.logger });
+      const worker = ledger.worker({
+        handlers,
+        heartbeat: flags.heartbeat,
+        ...(flags.queue ? { queue: flags.queue } : {}),
+        ...(flags.concurrency ? { concurrency: flags.concurrency } : {}),
+        ...(flags.visibility !== undefined ? { visibilityMs: flags.visibility } : {}),
+      });
+      worker.start();
+      if (flags.sweeper) ledger.start();
+      ctx.note(`worker ${worker.workerId} reading queue ${flags.queue} (concurrency ${flags.concurrency})`);
+      await new Promise<void>((resolve) => {
+        let signals = 0;
+        const onSignal = (signal: NodeJS.Signals) => {
+          signals += 1;
+          // A second signal exits at once: the ledger fences whatever was left running.
+          if (signals > 1) process.exit(130);
+          ctx.note(`${signal}: stopping (running jobs have ${flags.grace} ms to finish)`);
+          resolve();
+        };
+        process.on('SIGTERM', onSignal);
+        process.on('SIGINT', onSignal);
+      });
+      await worker.stop(flags.grace);
+      await ledger.close();
+      await db.close();
+    });
+};

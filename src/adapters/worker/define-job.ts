@@ -1,0 +1,79 @@
+import type { Logger } from '../../domain/ports/logger.js';
+
+/** What a handler gets besides its arguments. */
+export interface JobContext {
+  readonly jobId: string;
+  /** The concurrency key; null for a job without one. */
+  readonly key: string | null;
+  /** 1 for the first start, 2 for the first retry, … */
+  readonly attempt: number;
+  /** Aborted when the job's lease is revoked or expired (another run may start), or at shutdown past the grace period. */
+  readonly signal: AbortSignal;
+  /** A pino child logger carrying jobId, key and attempt. */
+  readonly log: Logger;
+}
+
+export type JobHandler<A = unknown> = (args: A, ctx: JobContext) => unknown;
+
+/**
+ * A job type's policy declared once, as solid_queue's `limits_concurrency to:, key:` does: every
+ * enqueue of the job derives its key and limit from its args, so a limit cannot drift between
+ * call sites. Options given at enqueue override these.
+ */
+export interface JobDefinition<A = unknown> {
+  readonly name: string;
+  readonly handler: JobHandler<A>;
+  readonly queue?: string;
+  /** The concurrency key for these args; no key means the job is admitted at once. */
+  readonly key?: (args: A) => string;
+  /** At most this many jobs of one key run at once. */
+  readonly limit?: number;
+  /** Lease in ms: how long a worker may stay silent before the slot is reclaimed. */
+  readonly lease?: number;
+  readonly maxAttempts?: number;
+  readonly priority?: number;
+}
+
+const DEFINITION = Symbol.for('jobledger.JobDefinition');
+
+export const defineJob = <A>(definition: JobDefinition<A>): JobDefinition<A> => Object.assign(Object.create(null), definition, { [DEFINITION]: true });
+
+export const isJobDefinition = (value: unknown): value is JobDefinition =>
+  typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[DEFINITION] === true;
+
+/** A handlers module's default export: job name -> plain function or definition. */
+export type HandlerMap = Readonly<Record<string, JobHandler<never> | JobDefinition<never>>>;
+
+/** Job name -> handler: a plain function under its export name, a definition under its own name. */
+export const handlerTable = (handlers: HandlerMap): ReadonlyMap<string, JobHandler> =>
+  new Map(
+    Object.entries(handlers).flatMap(([exportName, entry]): [string, JobHandler][] =>
+      isJobDefinition(entry) ? [[entry.name, entry.handler as JobHandler]] : typeof entry === 'function' ? [[exportName, entry as JobHandler]] : [],
+    ),
+  );
+
+/** Options an enqueue of a defined job may override. */
+export interface JobOverrides {
+  readonly key?: string | null;
+  readonly limit?: number;
+  readonly leaseMs?: number;
+  readonly priority?: number;
+  readonly runAt?: Date | string | number;
+  readonly delayMs?: number;
+  readonly maxAttempts?: number;
+  readonly queue?: string;
+  readonly jobId?: string;
+}
+
+/** The enqueue a definition implies for these args, with the call site's overrides on top. */
+export const inputFor = <A>(job: JobDefinition<A>, args: A, overrides: JobOverrides = {}) => ({
+  name: job.name,
+  args,
+  ...(job.key ? { key: job.key(args) } : {}),
+  ...(job.limit !== undefined ? { limit: job.limit } : {}),
+  ...(job.lease !== undefined ? { leaseMs: job.lease } : {}),
+  ...(job.priority !== undefined ? { priority: job.priority } : {}),
+  ...(job.maxAttempts !== undefined ? { maxAttempts: job.maxAttempts } : {}),
+  ...(job.queue !== undefined ? { queue: job.queue } : {}),
+  ...overrides,
+});

@@ -1,0 +1,111 @@
+import pg from 'pg';
+import type { CommandResult } from '../../commands/key-command-handler.js';
+import type { Logger } from '../../domain/ports/logger.js';
+import type { CommandExecutor } from './worker.js';
+
+export interface SweeperOptions {
+  /** Between sweeps (default 1000 ms). */
+  readonly intervalMs?: number;
+  /** Streams handled per sweep and kind, at most (default 500). */
+  readonly batch?: number;
+}
+
+const CHUNK = 25;
+
+/** Session advisory lock held by the one active sweeper. */
+const LEADER_LOCK = "hashtextextended('jobledger:sweeper', 0)";
+
+/**
+ * Expires the leases past their expiry — every expired holder of a key in one ExpireLeases,
+ * promoting as many parked jobs as slots freed — and admits scheduled jobs and retries that are
+ * due. Candidates come from the read models; the decider decides (a candidate that renewed
+ * meanwhile decides nothing). One sweeper is active at a time: leadership is a session advisory
+ * lock on a dedicated connection, so a crashed leader's lock goes with its connection.
+ */
+export class Sweeper {
+  private timer: NodeJS.Timeout | undefined;
+  private leader: pg.Client | undefined;
+  private sweeping: Promise<void> | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly ledger: CommandExecutor,
+    private readonly pool: pg.Pool,
+    private readonly log: Logger,
+    private readonly options: SweeperOptions = {},
+  ) {}
+
+  start(): void {
+    this.stopped = false;
+    const tick = () => {
+      this.sweeping = this.tick().finally(() => {
+        this.sweeping = undefined;
+        if (!this.stopped) this.timer = setTimeout(tick, this.options.intervalMs ?? 1_000);
+      });
+    };
+    tick();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.sweeping;
+    await this.leader?.end().catch(() => undefined);
+    this.leader = undefined;
+  }
+
+  /** Whether this process holds the sweeper's leadership (tests and metrics). */
+  get isLeader(): boolean {
+    return this.leader !== undefined;
+  }
+
+  private async tick(): Promise<void> {
+    try {
+      if (await this.lead()) await this.sweep();
+    } catch (error) {
+      this.log.error({ err: error }, 'sweep failed; trying again next time');
+    }
+  }
+
+  private async lead(): Promise<boolean> {
+    if (this.leader) return true;
+    const client = new pg.Client(this.pool.options);
+    client.on('error', () => undefined);
+    await client.connect();
+    const { rows } = await client.query<{ ok: boolean }>(`SELECT pg_try_advisory_lock(${LEADER_LOCK}) AS ok`);
+    if (!rows[0]?.ok) {
+      await client.end();
+      return false;
+    }
+    // Losing the connection loses the lock: step down, and try to lead again next tick.
+    client.on('end', () => {
+      if (this.leader === client) this.leader = undefined;
+    });
+    this.leader = client;
+    this.log.info('sweeper: leading');
+    return true;
+  }
+
+  /** One sweep: ExpireLeases on every stream with an expired lease, AdmitDue on every stream with a due job. */
+  async sweep(): Promise<{ readonly expired: number; readonly admitted: number }> {
+    const limit = this.options.batch ?? 500;
+    const expired = await this.streams(`SELECT DISTINCT stream FROM jl_slots WHERE expires_at <= now() LIMIT $1`, limit);
+    const due = await this.streams(`SELECT DISTINCT stream FROM jl_jobs WHERE status = 'scheduled' AND run_at <= now() LIMIT $1`, limit);
+    const commands = [
+      ...expired.map((stream) => ({ stream, command: { type: 'ExpireLeases', jitter: Math.random() } as const, metadata: { by: 'sweeper' } })),
+      ...due.map((stream) => ({ stream, command: { type: 'AdmitDue' } as const, metadata: { by: 'sweeper' } })),
+    ];
+    const results: CommandResult[] = [];
+    // Small transactions: one busy key conflicting with a worker re-decides its chunk, not the whole sweep.
+    for (let i = 0; i < commands.length; i += CHUNK) results.push(...(await this.ledger.executeMany(commands.slice(i, i + CHUNK))));
+    const count = (type: string) => results.reduce((n, r) => n + (r._tag === 'Right' ? r.right.events.filter((e) => e.type === type).length : 0), 0);
+    const summary = { expired: count('LeaseExpired'), admitted: count('SlotAcquired') + count('JobParked') };
+    if (summary.expired + summary.admitted > 0) this.log.info(summary, 'sweeper: leases expired, due jobs admitted');
+    return summary;
+  }
+
+  private async streams(sql: string, limit: number): Promise<string[]> {
+    const { rows } = await this.pool.query<{ stream: string }>(sql, [limit]);
+    return rows.map((r) => r.stream);
+  }
+}

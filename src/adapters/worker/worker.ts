@@ -1,0 +1,272 @@
+import { hostname } from 'node:os';
+import { randomUUID } from 'node:crypto';
+import * as E from 'fp-ts/lib/Either.js';
+import type { CommandResult, KeyCommand } from '../../commands/key-command-handler.js';
+import type { Command } from '../../domain/commands.js';
+import { describeDomainError } from '../../domain/errors.js';
+import type { Logger } from '../../domain/ports/logger.js';
+import { streamFor } from '../../domain/streams.js';
+import type { PgQueue, QueueMessage } from '../queue/pg-queue.js';
+import { Batcher } from './batcher.js';
+import { handlerTable, type HandlerMap, type JobHandler } from './define-job.js';
+
+/** What the dispatcher puts on the queue for each admission. */
+export interface DispatchMessage {
+  readonly jobId: string;
+  readonly key: string | null;
+  readonly leaseId: string;
+  readonly name: string;
+  readonly args: unknown;
+  readonly attempt: number;
+}
+
+/** The ledger as the worker uses it: decide and append commands over many keys in one transaction. */
+export interface CommandExecutor {
+  executeMany(items: readonly KeyCommand[]): Promise<CommandResult[]>;
+}
+
+export interface WorkerOptions {
+  readonly handlers: HandlerMap;
+  /** The dispatch queue to read (default "default"). */
+  readonly queue?: string;
+  /** Handlers running at once (default 10). */
+  readonly concurrency?: number;
+  readonly workerId?: string;
+  /** Polling when no notification arrives (default 1000 ms). */
+  readonly pollIntervalMs?: number;
+  /** How long stop() lets running handlers finish before yielding them (default 10 s). */
+  readonly graceMs?: number;
+  /** Visibility of a message read but not yet started (default 30 s); once started, the job's lease. */
+  readonly visibilityMs?: number;
+  /** Renew leases (default true; tests turn it off to let a lease lapse under a live handler). */
+  readonly heartbeat?: boolean;
+}
+
+interface Running {
+  readonly msgId: string;
+  readonly stream: string;
+  readonly jobId: string;
+  readonly key: string | null;
+  readonly leaseId: string;
+  readonly leaseMs: number;
+  readonly controller: AbortController;
+  readonly done: Promise<void>;
+  heartbeat: NodeJS.Timeout | undefined;
+}
+
+type Finish = { readonly kind: 'complete' } | { readonly kind: 'fail'; readonly error: string };
+
+/**
+ * Runs admitted jobs from one dispatch queue: read a batch -> Start them in one transaction (a
+ * stale or already started lease: archive, run nothing) -> run each handler with an AbortSignal,
+ * renewing its lease every lease/3 (set_vt + Renew) -> Complete or Fail -> archive. Starts,
+ * renewals and completions are grouped into transactions (Batcher) across keys, each key's append
+ * with its own expected revision; the ledger, not the queue, decides, so a duplicate delivery
+ * never runs a job twice and a reclaimed holder never frees a slot.
+ */
+export class Worker {
+  readonly workerId: string;
+  private readonly queueName: string;
+  private readonly concurrency: number;
+  private readonly handlers: ReadonlyMap<string, JobHandler>;
+  private readonly running = new Map<string, Running>();
+  private readonly renewals: Batcher<Running, boolean>;
+  private readonly finishes: Batcher<{ readonly run: Running; readonly finish: Finish }, void>;
+  private loop: Promise<void> | undefined;
+  private stopping = false;
+  private wake: (() => void) | undefined;
+
+  constructor(
+    private readonly ledger: CommandExecutor,
+    private readonly queue: PgQueue,
+    private readonly log: Logger,
+    private readonly options: WorkerOptions,
+  ) {
+    this.workerId = options.workerId ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+    this.queueName = options.queue ?? 'default';
+    this.concurrency = options.concurrency ?? 10;
+    this.handlers = handlerTable(options.handlers);
+    this.renewals = new Batcher((runs) => this.renewMany(runs));
+    this.finishes = new Batcher((items) => this.finishMany(items));
+  }
+
+  /** Number of handlers running now. */
+  get active(): number {
+    return this.running.size;
+  }
+
+  start(): void {
+    if (this.loop) return;
+    const listener = this.queue.listen(this.queueName, () => this.wake?.());
+    this.loop = this.readLoop().finally(() => listener.stop());
+  }
+
+  /**
+   * Graceful shutdown: stop reading, let running handlers finish within the grace period, then
+   * abort and yield the rest (their slots go back; no attempt is burned).
+   */
+  async stop(graceMs = this.options.graceMs ?? 10_000): Promise<void> {
+    this.stopping = true;
+    this.wake?.();
+    await this.loop;
+    const deadline = new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref());
+    await Promise.race([Promise.all([...this.running.values()].map((r) => r.done)), deadline]);
+    const left = [...this.running.values()];
+    if (left.length > 0) {
+      for (const run of left) this.release(run, 'shutdown: yielded to another worker');
+      const results = await this.ledger.executeMany(left.map((run) => this.command(run, { type: 'Yield', jobId: run.jobId, leaseId: run.leaseId })));
+      this.log.info({ yielded: left.length, refused: results.filter(E.isLeft).length }, 'yielded running jobs at shutdown');
+      await this.queue.archiveMany(this.queueName, left.map((r) => r.msgId));
+    }
+    await this.finishes.drain();
+  }
+
+  private async readLoop(): Promise<void> {
+    const pollMs = this.options.pollIntervalMs ?? 1_000;
+    while (!this.stopping) {
+      const free = this.concurrency - this.running.size;
+      const messages = free > 0 ? await this.readBatch(free) : [];
+      if (messages.length > 0) {
+        await this.startBatch(messages);
+        continue;
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, pollMs);
+        this.wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wake = undefined;
+    }
+  }
+
+  private async readBatch(qty: number): Promise<QueueMessage<DispatchMessage>[]> {
+    try {
+      return await this.queue.read<DispatchMessage>(this.queueName, this.options.visibilityMs ?? 30_000, qty);
+    } catch (error) {
+      this.log.error({ err: error }, 'reading the queue failed; retrying');
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      return [];
+    }
+  }
+
+  private command(run: { readonly stream: string }, command: Command): KeyCommand {
+    return { stream: run.stream, command, metadata: { workerId: this.workerId } };
+  }
+
+  /** Starts a batch of admissions in one transaction; only the ones the ledger accepts run. */
+  private async startBatch(messages: readonly QueueMessage<DispatchMessage>[]): Promise<void> {
+    const starts = messages.map((m) => ({ m, stream: streamFor(m.message.key, m.message.jobId) }));
+    const results = await this.ledger.executeMany(
+      starts.map(({ m, stream }) => this.command({ stream }, { type: 'Start', jobId: m.message.jobId, leaseId: m.message.leaseId, workerId: this.workerId })),
+    );
+    const refused: string[] = [];
+    results.forEach((result, i) => {
+      const { m, stream } = starts[i]!;
+      if (E.isLeft(result)) {
+        this.log.info({ jobId: m.message.jobId, leaseId: m.message.leaseId, key: m.message.key }, `not run: ${describeDomainError(result.left)}`);
+        refused.push(m.msgId);
+        return;
+      }
+      const started = result.right.events.find((e) => e.type === 'JobStarted');
+      if (started?.type !== 'JobStarted') throw new Error(`Start of ${m.message.jobId} decided no JobStarted`);
+      this.run(m, stream, started.data.attempt, started.data.expiresAt - started.data.at);
+    });
+    if (refused.length > 0) await this.queue.archiveMany(this.queueName, refused);
+  }
+
+  private run(m: QueueMessage<DispatchMessage>, stream: string, attempt: number, leaseMs: number): void {
+    const { jobId, key, leaseId, name, args } = m.message;
+    const controller = new AbortController();
+    const log = this.log.child({ jobId, key, leaseId, attempt });
+    const handler = this.handlers.get(name);
+    const run: Running = {
+      msgId: m.msgId,
+      stream,
+      jobId,
+      key,
+      leaseId,
+      leaseMs,
+      controller,
+      heartbeat: undefined,
+      // Deferred a tick so `run` exists when the handler's outcome is reported.
+      done: Promise.resolve().then(() => this.execute(run, handler, name, args, attempt, log)),
+    };
+    if (this.options.heartbeat !== false) {
+      run.heartbeat = setInterval(() => {
+        void this.renewals.add(run).catch((error: unknown) => log.error({ err: error }, 'lease renewal failed'));
+      }, Math.max(100, Math.floor(leaseMs / 3)));
+    }
+    this.running.set(m.msgId, run);
+    void run.done.finally(() => {
+      this.running.delete(m.msgId);
+      this.wake?.();
+    });
+  }
+
+  /** Runs the handler, then reports Complete or Fail, unless the run was aborted (lease lost, or yielded at shutdown). */
+  private async execute(run: Running, handler: JobHandler | undefined, name: string, args: unknown, attempt: number, log: Logger): Promise<void> {
+    let finish: Finish;
+    try {
+      if (!handler) throw new Error(`no handler for job name ${JSON.stringify(name)} in this worker (it knows: ${[...this.handlers.keys()].join(', ') || 'none'})`);
+      await handler(args, { jobId: run.jobId, key: run.key, attempt, signal: run.controller.signal, log });
+      finish = { kind: 'complete' };
+    } catch (error) {
+      finish = { kind: 'fail', error: error instanceof Error ? error.message : String(error) };
+      if (!run.controller.signal.aborted) log.warn({ err: error }, 'job failed');
+    }
+    clearInterval(run.heartbeat);
+    if (!run.controller.signal.aborted) await this.finishes.add({ run, finish });
+  }
+
+  /** Aborts a run whose result will not be reported. */
+  private release(run: Running, why: string): void {
+    clearInterval(run.heartbeat);
+    run.controller.abort(new Error(why));
+  }
+
+  /** One transaction renews every lease due; the queue's visibility follows. A refused renewal aborts its handler. */
+  private async renewMany(runs: readonly Running[]): Promise<boolean[]> {
+    const live = runs.filter((r) => !r.controller.signal.aborted);
+    const results = await this.ledger.executeMany(live.map((run) => this.command(run, { type: 'Renew', jobId: run.jobId, leaseId: run.leaseId })));
+    const renewed: Running[] = [];
+    results.forEach((result, i) => {
+      const run = live[i]!;
+      if (E.isLeft(result)) {
+        this.log.warn({ jobId: run.jobId, leaseId: run.leaseId }, `lease lost, handler aborted: ${describeDomainError(result.left)}`);
+        this.release(run, describeDomainError(result.left));
+      } else renewed.push(run);
+    });
+    for (const [leaseMs, group] of groupBy(renewed, (r) => r.leaseMs)) {
+      await this.queue.setVtMany(this.queueName, group.map((r) => r.msgId), leaseMs);
+    }
+    const ok = new Set(renewed);
+    return runs.map((r) => ok.has(r));
+  }
+
+  /** One transaction completes or fails every finished job; then their messages are archived. */
+  private async finishMany(items: readonly { readonly run: Running; readonly finish: Finish }[]): Promise<void[]> {
+    const results = await this.ledger.executeMany(
+      items.map(({ run, finish }) =>
+        this.command(
+          run,
+          finish.kind === 'complete'
+            ? { type: 'Complete', jobId: run.jobId, leaseId: run.leaseId }
+            : { type: 'Fail', jobId: run.jobId, leaseId: run.leaseId, error: finish.error, jitter: Math.random() },
+        ),
+      ),
+    );
+    results.forEach((result, i) => {
+      if (E.isLeft(result)) this.log.warn({ jobId: items[i]!.run.jobId }, `result not recorded: ${describeDomainError(result.left)}`);
+    });
+    await this.queue.archiveMany(this.queueName, items.map(({ run }) => run.msgId));
+    return items.map(() => undefined);
+  }
+}
+
+const groupBy = <T, K>(items: readonly T[], keyOf: (t: T) => K): Map<K, T[]> => {
+  const groups = new Map<K, T[]>();
+  for (const item of items) groups.set(keyOf(item), [...(groups.get(keyOf(item)) ?? []), item]);
+  return groups;
+};
