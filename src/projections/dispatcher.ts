@@ -1,0 +1,100 @@
+import { isLedgerStream, statement, type ProjectedEvent, type Projection, type Statement } from './projection.js';
+
+/** The dispatcher's projection name (projection_streams). */
+export const DISPATCHER = 'dispatcher';
+
+/** What the dispatcher puts on the job's queue for each admission (SlotAcquired, JobPromoted). */
+export interface DispatchMessage {
+  readonly jobId: string;
+  /** null for a job without a concurrency key. */
+  readonly key: string | null;
+  /** The lease the worker must Start/Renew/Complete/Fail with. */
+  readonly leaseId: string;
+  readonly name: string;
+  readonly args: unknown;
+  /** Starts so far + 1: the attempt this admission will be if the worker starts it. */
+  readonly attempt: number;
+}
+
+/**
+ * The dispatcher: a projection whose effect is queue messages. Each SlotAcquired and JobPromoted
+ * becomes exactly one DispatchMessage on the job's queue, sent in the transaction that records the
+ * dispatcher's stream revision (inline: the append itself), so a message exists if and only if its
+ * admission does, once.
+ *
+ * What a message needs (name, args, queue, attempts) came with earlier events of the job, so the
+ * dispatcher keeps its own table, dispatch_jobs, of the unfinished jobs, written only here: it
+ * never reads the read models, which have a checkpoint of their own and may be being rebuilt.
+ *
+ * It has no `rebuild`: replaying it would send every message again. Its admission statement
+ * returns the message as a row (queue, message); the runner hands those rows to its
+ * SendMessages (PgQueue.sendBatch on the same transaction), so the mapping stays pure and the
+ * queue's SQL stays in the queue adapter.
+ */
+export const createDispatcher = (): Projection => ({
+  name: DISPATCHER,
+  handles: isLedgerStream,
+  project: projectDispatch,
+});
+
+export const projectDispatch = ({ event, stream, key }: ProjectedEvent): readonly Statement[] => {
+  switch (event.type) {
+    case 'JobEnqueued': {
+      const d = event.data;
+      return [
+        statement(
+          `INSERT INTO dispatch_jobs (job_id, stream, key, queue, name, args, attempts) VALUES ($1, $2, $3, $4, $5, $6::jsonb, 0)`,
+          d.jobId,
+          stream,
+          key,
+          d.queue,
+          d.name,
+          JSON.stringify(d.args ?? null),
+        ),
+      ];
+    }
+    case 'SlotAcquired':
+    case 'JobPromoted':
+      return [
+        {
+          ...statement(
+            `SELECT queue, jsonb_build_object('jobId', job_id, 'key', key, 'leaseId', $2::text, 'name', name, 'args', args, 'attempt', attempts + 1) AS message
+             FROM dispatch_jobs WHERE job_id = $1`,
+            event.data.jobId,
+            event.data.leaseId,
+          ),
+          // A missing row would be an admission without a message: a job that never runs.
+          expectRows: 1,
+          emits: 'messages',
+        },
+      ];
+    case 'JobStarted':
+      return [
+        statement(`UPDATE dispatch_jobs SET attempts = $2, started_lease_id = $3 WHERE job_id = $1`, event.data.jobId, event.data.attempt, event.data.leaseId),
+      ];
+    case 'JobYielded':
+      // A yield hands the attempt back only if the job was started under the lease it yields.
+      return [
+        statement(
+          `UPDATE dispatch_jobs SET attempts = attempts - 1, started_lease_id = NULL WHERE job_id = $1 AND started_lease_id = $2`,
+          event.data.jobId,
+          event.data.leaseId,
+        ),
+      ];
+    case 'JobCompleted':
+    case 'JobDead':
+    case 'JobCancelled':
+    case 'ParkedDiscarded':
+      // Finished: no admission can follow.
+      return [statement(`DELETE FROM dispatch_jobs WHERE job_id = $1`, event.data.jobId)];
+    case 'KeyLimitSet':
+    case 'JobParked':
+    case 'JobScheduled':
+    case 'LeaseRenewed':
+    case 'JobFailed':
+    case 'LeaseExpired':
+    case 'LeaseRevoked':
+    case 'SlotReleased':
+      return [];
+  }
+};

@@ -1,0 +1,121 @@
+import type pg from 'pg';
+import { START, comparePositions, type GlobalPosition, type JsonObject, type RecordedEvent } from '../domain/ports/event-store.js';
+import type { Projection } from './projection.js';
+import { applyEvents, inTransaction, projectionLockSql, saveCheckpoint } from './runner.js';
+
+export interface RebuildOptions {
+  /** Events read and applied per round trip (default 1000). */
+  readonly batchSize?: number;
+  /** Called after each batch. */
+  readonly onProgress?: (progress: { readonly events: number; readonly position: GlobalPosition }) => void;
+}
+
+export interface Rebuilt {
+  /** Events of the ledger read (the projection applies those of its streams). */
+  readonly events: number;
+  /** The async checkpoint left behind (START if the ledger was empty). */
+  readonly checkpoint: GlobalPosition;
+}
+
+/** The projection has no `rebuild` (the dispatcher: a replay would send its messages again). */
+export class NotRebuildableError extends Error {
+  override readonly name = 'NotRebuildableError';
+  constructor(readonly projection: string) {
+    super(`projection ${projection} cannot be rebuilt: replaying it would repeat its effects`);
+  }
+}
+
+/** An async runner holds the projection's lock: stop it first. */
+export class ProjectionBusyError extends Error {
+  override readonly name = 'ProjectionBusyError';
+  constructor(readonly projection: string) {
+    super(`projection ${projection} is being applied by an async runner; stop it before rebuilding`);
+  }
+}
+
+/**
+ * Rebuilds a projection from position zero in ONE transaction: empties its tables and its stream
+ * revisions, applies every event of the ledger in global order, and leaves an async checkpoint.
+ * Readers see the old rows until it commits. Refuses a projection without `rebuild`.
+ *
+ * It must not race the live appliers, so before reading it:
+ * - takes the projection's advisory lock for the transaction (refused while an async runner
+ *   holds it: ProjectionBusyError);
+ * - locks projection_streams against writes: inline appliers lock their rows there (FOR UPDATE),
+ *   so appends with inline projections wait until the rebuild commits, and those in flight are
+ *   waited for.
+ * Then it takes a snapshot and reads exactly the events committed in it, in the rebuild's own
+ * transaction. Not `EventStore.readAll`: readAll stops at the oldest open transaction's id, and
+ * the appends queued behind the lock are open, so it would leave out events that committed
+ * after them (and that inline mode had applied). An event that commits later (async mode, or an
+ * append queued behind the lock) is not in the snapshot, nor is any later event of its stream:
+ * it is applied after the rebuild by the runner or inline, on top of the stream revisions
+ * recorded here. The checkpoint is the last event below the snapshot's xmin: everything up to
+ * it is applied, and an async runner resuming there skips (by revision) what the rebuild
+ * applied above it.
+ */
+export async function rebuild(pool: pg.Pool, projection: Projection, options: RebuildOptions = {}): Promise<Rebuilt> {
+  const spec = projection.rebuild;
+  if (spec === undefined) throw new NotRebuildableError(projection.name);
+  const batchSize = options.batchSize ?? 1_000;
+  return inTransaction(pool, async (client) => {
+    const { rows: locked } = await client.query<{ ok: boolean }>(`SELECT pg_try_advisory_xact_lock(${projectionLockSql(1)}) AS ok`, [projection.name]);
+    if (!locked[0]!.ok) throw new ProjectionBusyError(projection.name);
+    await client.query('LOCK TABLE projection_streams IN EXCLUSIVE MODE');
+    await client.query(`TRUNCATE ${spec.tables.map((t) => client.escapeIdentifier(t)).join(', ')}`);
+    await client.query('DELETE FROM projection_streams WHERE projection = $1', [projection.name]);
+    const { rows: snap } = await client.query<{ snapshot: string; xmin: string }>(
+      'SELECT pg_current_snapshot()::text AS snapshot, pg_snapshot_xmin(pg_current_snapshot())::text AS xmin',
+    );
+    const { snapshot, xmin } = snap[0]!;
+    let after = START;
+    let checkpoint = START;
+    let events = 0;
+    for (;;) {
+      const { rows } = await client.query<EventRow>(
+        `SELECT ${EVENT_COLUMNS} FROM events
+         WHERE (transaction_id, global_position) > ($1::xid8, $2::bigint) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)
+         ORDER BY transaction_id, global_position
+         LIMIT $4`,
+        [after.commit.toString(), after.prepare.toString(), snapshot, batchSize],
+      );
+      if (rows.length === 0) break;
+      const batch = rows.map(toRecordedEvent);
+      await applyEvents(client, projection, batch);
+      events += batch.length;
+      after = batch.at(-1)!.position;
+      for (const e of batch) if (e.position.commit < BigInt(xmin) && comparePositions(e.position, checkpoint) > 0) checkpoint = e.position;
+      options.onProgress?.({ events, position: after });
+      if (rows.length < batchSize) break;
+    }
+    await saveCheckpoint(client, projection.name, checkpoint, { force: true });
+    return { events, checkpoint };
+  });
+}
+
+// The events as the store returns them (see PostgresEventStore): xid8 as text, bigints as strings.
+const EVENT_COLUMNS =
+  'global_position, transaction_id::text AS transaction_id_text, stream, stream_revision, type, data, metadata, event_id, created';
+
+interface EventRow {
+  readonly global_position: string;
+  readonly transaction_id_text: string;
+  readonly stream: string;
+  readonly stream_revision: string;
+  readonly type: string;
+  readonly data: JsonObject;
+  readonly metadata: JsonObject;
+  readonly event_id: string;
+  readonly created: Date;
+}
+
+const toRecordedEvent = (row: EventRow): RecordedEvent => ({
+  stream: row.stream,
+  revision: Number(row.stream_revision),
+  position: { commit: BigInt(row.transaction_id_text), prepare: BigInt(row.global_position) },
+  type: row.type,
+  data: row.data,
+  metadata: row.metadata,
+  eventId: row.event_id,
+  created: row.created,
+});
