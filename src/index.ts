@@ -13,3 +13,6 @@ export { holders, jobsIn, parkedInOrder, type KeyState } from './domain/key-stat
 export * from './domain/ports/event-store.js';
 export { jobStream, keyStream } from './domain/streams.js';
 export { ValidationError } from './domain/values.js';
+export { defineJob, type JobContext, type JobDefinition, type JobHandler, type HandlerMap } from './adapters/worker/define-job.js';
+export { Worker, type WorkerOptions, type DispatchMessage } from './adapters/worker/worker.js';
+export { PgQueue } from './adapters/queue/pg-queue.js';
