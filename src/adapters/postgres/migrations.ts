@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { eventStore } from './migrations/0001-event-store.js';
+import { queue } from './migrations/0002-queue.js';
 
 export interface Migration {
   /** Applied in increasing order; never renumber or edit one that has shipped, append a new one. */
@@ -9,7 +10,7 @@ export interface Migration {
   readonly sql: string;
 }
 
-export const migrations: readonly Migration[] = [eventStore];
+export const migrations: readonly Migration[] = [eventStore, queue];
 
 /**
  * Applies the pending migrations, all in one transaction: a process sees the whole schema or the
