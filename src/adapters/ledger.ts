@@ -153,7 +153,8 @@ export class Ledger {
 
 const createPool = (options: LedgerOptions): pg.Pool => {
   if (!options.databaseUrl) throw new TypeError('databaseUrl: required (or pass a pg.Pool as pool)');
-  const pool = new pg.Pool({ connectionString: options.databaseUrl, max: options.poolSize ?? 10 });
+  // Pipelining lets a transaction send its projection statements together (src/projections/runner.ts).
+  const pool = new pg.Pool({ connectionString: options.databaseUrl, max: options.poolSize ?? 10, pipeline: true } as pg.PoolConfig);
   // An idle client losing its connection must not crash the process; the next query reconnects.
   pool.on('error', (error) => (options.logger ?? createLogger()).warn({ err: error }, 'idle PostgreSQL connection lost'));
   return pool;

@@ -4,7 +4,7 @@ import { decodeRecorded } from '../commands/key-state-loader.js';
 import type { KeyEvent } from '../domain/events.js';
 import { START, type EventStore, type GlobalPosition, type RecordedEvent, type StreamRevision, type Subscription } from '../domain/ports/event-store.js';
 import { silentLogger, type Logger } from '../domain/ports/logger.js';
-import { keyOfStream, type Projection } from './projection.js';
+import { keyOfStream, type Projection, type Statement } from './projection.js';
 
 // Applies projections (./projection.ts) to batches of recorded events, each batch with the
 // projection's bookkeeping IN ONE TRANSACTION:
@@ -157,34 +157,46 @@ export async function applyProjections(
     for (const row of rows) last.set(runKey(row.projection, row.stream), Number(row.revision));
   }
   const stored = new Map(unclaimed.map((r) => [runKey(r.projection.name, r.stream), last.get(runKey(r.projection.name, r.stream))!]));
-  const results: Applied[] = [];
+  // On a pipelining client (the ledger's own pool) every statement of the batch is sent before any
+  // result is awaited: they go out together and cost about one round trip. Any other client gets
+  // them one at a time. Either way they run in order, and results are checked in that order.
+  const pipelined = (db as { pipeline?: boolean }).pipeline === true;
+  const sent: SentStatement[] = [];
+  const counts = projections.map(() => ({ applied: 0, skipped: 0 }));
   for (const [i, projection] of projections.entries()) {
-    const outbox: { queue: string; message: unknown }[] = [];
-    let applied = 0;
-    let skipped = 0;
     for (const e of mine[i]!) {
       const key = runKey(projection.name, e.stream);
       const before = last.get(key)!;
       if (e.revision <= before) {
-        skipped++;
+        counts[i]!.skipped++;
         continue;
       }
       if (e.revision !== before + 1) throw new ProjectionGapError(projection.name, e.stream, before, e.revision);
       const event = decode(e);
-      const statements = projection.project({ event, stream: e.stream, revision: e.revision, position: e.position, key: keyOfStream(e.stream) });
-      for (const s of statements) {
-        const result = await db.query<{ queue: string; message: unknown }>({ name: statementName(s.text), text: s.text, values: s.values as unknown[] });
-        const count = s.emits ? result.rows.length : (result.rowCount ?? 0);
-        if (s.expectRows !== undefined && count !== s.expectRows) {
-          throw new ProjectionStatementError(projection.name, e.stream, e.revision, event.type, s.expectRows, count);
-        }
-        if (s.emits === 'messages') outbox.push(...result.rows);
+      for (const s of projection.project({ event, stream: e.stream, revision: e.revision, position: e.position, key: keyOfStream(e.stream) })) {
+        const query = { name: statementName(s.text), text: s.text, values: s.values as unknown[] };
+        // Pipelined: all on the wire before the caller can queue a ROLLBACK behind them; checked
+        // below. Otherwise one at a time, checked at once: a statement must never be issued after
+        // the caller gave up on the transaction, or it would run outside it.
+        const result = db.query<{ queue: string; message: unknown }>(query);
+        if (pipelined) result.catch(() => undefined);
+        else await check({ projection: projection.name, e, eventType: event.type, s, result });
+        sent.push({ projection: projection.name, e, eventType: event.type, s, result });
       }
       last.set(key, e.revision);
-      applied++;
+      counts[i]!.applied++;
     }
+  }
+  const outboxes = new Map<string, { queue: string; message: unknown }[]>();
+  for (const statement of sent) {
+    const rows = await check(statement);
+    if (statement.s.emits === 'messages') outboxes.set(statement.projection, [...(outboxes.get(statement.projection) ?? []), ...rows]);
+  }
+  const results: Applied[] = [];
+  for (const [i, projection] of projections.entries()) {
+    const outbox = outboxes.get(projection.name) ?? [];
     if (outbox.length > 0) await sendAll(projection.name, outbox, options.send, db);
-    results.push({ applied, skipped, messages: outbox.length });
+    results.push({ ...counts[i]!, messages: outbox.length });
   }
   // Unclaimed streams that moved on: record where they are now.
   const moved = unclaimed.filter((r) => last.get(runKey(r.projection.name, r.stream))! > stored.get(runKey(r.projection.name, r.stream))!);
@@ -198,6 +210,22 @@ export async function applyProjections(
   }
   return results;
 }
+
+interface SentStatement {
+  readonly projection: string;
+  readonly e: RecordedEvent;
+  readonly eventType: string;
+  readonly s: Statement;
+  readonly result: Promise<pg.QueryResult<{ queue: string; message: unknown }>>;
+}
+
+/** A statement's rows, once it touched as many rows as its projection said it must. */
+const check = async ({ projection, e, eventType, s, result }: SentStatement) => {
+  const { rows, rowCount } = await result;
+  const count = s.emits ? rows.length : (rowCount ?? 0);
+  if (s.expectRows !== undefined && count !== s.expectRows) throw new ProjectionStatementError(projection, e.stream, e.revision, eventType, s.expectRows, count);
+  return rows;
+};
 
 // Projections map each event type to a few fixed texts: preparing them once per connection (a
 // named statement; the name is the text's hash, so one name never means two texts) saves their

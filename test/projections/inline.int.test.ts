@@ -20,7 +20,8 @@ let ledger: Ledger;
 const clock = manualClock();
 
 beforeAll(async () => {
-  db = await createMigratedDatabase(30);
+  // pipelined, like the ledger's own pool: the runner sends each batch's statements together
+  db = await createMigratedDatabase(30, { pipeline: true });
   ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: quiet });
 });
 

@@ -78,11 +78,14 @@ export interface MigratedDatabase extends TestDatabase {
   readonly pool: pg.Pool;
 }
 
-/** A fresh database with jobledger's schema and a pool on it; drop() ends the pool, then drops the database. */
-export async function createMigratedDatabase(max = 8): Promise<MigratedDatabase> {
+/**
+ * A fresh database with jobledger's schema and a pool on it; drop() ends the pool, then drops the
+ * database. `pipeline` makes the pool's clients pipeline queries, as the ledger's own pool does.
+ */
+export async function createMigratedDatabase(max = 8, options: { pipeline?: boolean } = {}): Promise<MigratedDatabase> {
   const { migrate } = await import('../../src/adapters/postgres/migrations.js');
   const db = await createTestDatabase();
-  const pool = new pg.Pool({ connectionString: db.url, max });
+  const pool = new pg.Pool({ connectionString: db.url, max, pipeline: options.pipeline === true } as pg.PoolConfig);
   // pool.end() resolves before its connections have closed; drop() (FORCE) may kill them first.
   pool.on('error', () => undefined);
   await migrate(pool);

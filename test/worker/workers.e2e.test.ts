@@ -30,7 +30,7 @@ let ledger: Ledger;
 const children: ChildProcess[] = [];
 
 const setup = async (sweepMs = 200) => {
-  db = await createMigratedDatabase(10);
+  db = await createMigratedDatabase(10, { pipeline: true });
   ledger = await createLedger({ pool: db.pool, migrate: false, sweepIntervalMs: sweepMs });
   ledger.start();
 };

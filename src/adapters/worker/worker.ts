@@ -6,19 +6,10 @@ import type { Command } from '../../domain/commands.js';
 import { describeDomainError } from '../../domain/errors.js';
 import type { Logger } from '../../domain/ports/logger.js';
 import { streamFor } from '../../domain/streams.js';
+import type { DispatchMessage } from '../../projections/dispatcher.js';
 import type { PgQueue, QueueMessage } from '../queue/pg-queue.js';
 import { Batcher } from './batcher.js';
 import { handlerTable, type HandlerMap, type JobHandler } from './define-job.js';
-
-/** What the dispatcher puts on the queue for each admission. */
-export interface DispatchMessage {
-  readonly jobId: string;
-  readonly key: string | null;
-  readonly leaseId: string;
-  readonly name: string;
-  readonly args: unknown;
-  readonly attempt: number;
-}
 
 /** The ledger as the worker uses it: decide and append commands over many keys in one transaction. */
 export interface CommandExecutor {
