@@ -130,6 +130,15 @@ export class Ledger {
     return this.handler.load(keyStream(key));
   }
 
+  /** How many of these jobs have finished (completed, dead, cancelled or discarded), from the jobs read model. */
+  async finishedJobs(jobIds: readonly string[]): Promise<number> {
+    const { rows } = await this.pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM jl_jobs WHERE job_id = ANY($1) AND status IN ('completed', 'dead', 'cancelled', 'discarded')`,
+      [jobIds],
+    );
+    return rows[0]?.n ?? 0;
+  }
+
   /** A worker running jobs from one dispatch queue; call start() on it, and stop() to shut it down gracefully. */
   worker(options: WorkerOptions): Worker {
     const worker = new Worker(this, this.queue, this.log.child({ component: 'worker', queue: options.queue ?? 'default' }), options);

@@ -1,5 +1,5 @@
 import type { Logger } from '../../domain/ports/logger.js';
-import { createLedger, type Ledger } from '../ledger.js';
+import { createLedger, type Ledger, type LedgerOptions } from '../ledger.js';
 import { createLogger } from '../logging/logger.js';
 import { openDatabase } from './database.js';
 
@@ -15,10 +15,10 @@ export const createContext = (): CommandContext => {
 };
 
 /** Opens the database (DATABASE_URL or embedded) and the ledger for one command, and closes both after it. */
-export const withLedger = async <T>(ctx: CommandContext, run: (ledger: Ledger) => Promise<T>): Promise<T> => {
+export const withLedger = async <T>(ctx: CommandContext, run: (ledger: Ledger) => Promise<T>, options: Partial<LedgerOptions> = {}): Promise<T> => {
   const db = await openDatabase((line) => ctx.logger.debug({ embedded: line }));
   try {
-    const ledger = await createLedger({ databaseUrl: db.url, logger: ctx.logger, poolSize: 4 });
+    const ledger = await createLedger({ databaseUrl: db.url, logger: ctx.logger, poolSize: 4, ...options });
     try {
       return await run(ledger);
     } finally {

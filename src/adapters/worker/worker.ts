@@ -205,7 +205,7 @@ export class Worker {
       finish = { kind: 'complete' };
     } catch (error) {
       finish = { kind: 'fail', error: error instanceof Error ? error.message : String(error) };
-      if (!run.controller.signal.aborted) log.warn({ err: error }, 'job failed');
+      if (!run.controller.signal.aborted) log.info({ err: error }, 'job failed');
     }
     clearInterval(run.heartbeat);
     if (!run.controller.signal.aborted) await this.finishes.add({ run, finish });

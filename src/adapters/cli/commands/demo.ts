@@ -1,18 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import type { Command } from 'commander';
-import * as E from 'fp-ts/lib/Either.js';
 import { decodeRecorded } from '../../../commands/key-state-loader.js';
 import type { KeyEvent } from '../../../domain/events.js';
 import { evolve, holders, initialKeyState } from '../../../domain/key-state.js';
+import type { JobContext } from '../../worker/define-job.js';
 import { keyStream } from '../../../domain/streams.js';
 import type { Ledger } from '../../ledger.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { print, table } from '../output.js';
 
-// `jobledger demo`: a workload on the key ledger, with in-process workers that take admitted jobs
-// straight from the key state (the dispatch queue and worker processes are not part of this
-// release yet). It shows admission, parking, promotion, a retry after a failure, a job scheduled
-// for later and a silent holder whose lease expires, then what the ledger recorded.
+// `jobledger demo`: a workload with workers and the sweeper in this process. It shows admission,
+// parking, promotion, a retry after a failure, a job scheduled for later and a silent holder whose
+// lease expires, then what the ledger recorded.
 
 const KEYS = [
   { key: 'tenant:acme', limit: 1 },
@@ -56,66 +55,55 @@ const summarise = (key: string, all: readonly KeyEvent[], from: number): Summary
   };
 };
 
+const handlers = {
+  work: async () => sleep(20 + Math.random() * 60),
+  /** Fails its first attempt; the retry, after a backoff, succeeds. */
+  flaky: async (_args: unknown, ctx: JobContext) => {
+    await sleep(20);
+    if (ctx.attempt === 1) throw new Error('flaky: the first attempt fails');
+  },
+  /** Its first attempt goes silent (its worker sends no heartbeat), so the sweeper reclaims the lease and it is retried. */
+  silent: async (_args: unknown, ctx: JobContext) => {
+    if (ctx.attempt > 1) return;
+    await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+  },
+};
+
 const runWorkload = async (ledger: Ledger, jobs: number, note: (line: string) => void): Promise<void> => {
   const run = randomUUID().slice(0, 8);
   const inputs = Array.from({ length: jobs }, (_, i) => {
     const { key, limit } = KEYS[i % KEYS.length]!;
+    const name = i % 17 === 3 ? 'flaky' : i === 5 ? 'silent' : 'work';
     return {
-      name: i % 17 === 3 ? 'flaky' : i === 5 ? 'silent' : 'work',
+      name,
       key,
       limit,
       leaseMs: 1_000,
       priority: i % 5 === 0 ? -1 : 0,
       jobId: `${run}-${i}`,
+      // the silent job goes to a worker that sends no heartbeat
+      ...(name === 'silent' ? { queue: 'no-heartbeat' } : {}),
       ...(i === 7 ? { delayMs: 2_000 } : {}),
     };
   });
+  const workers = [
+    ledger.worker({ handlers, concurrency: 4 }),
+    ledger.worker({ handlers, concurrency: 4 }),
+    ledger.worker({ handlers, queue: 'no-heartbeat', concurrency: 2, heartbeat: false }),
+  ];
+  for (const w of workers) w.start();
+  ledger.start();
   const enqueued = await ledger.enqueueMany(inputs, { by: 'demo' });
   note(`enqueued ${jobs} jobs over ${KEYS.length} keys in one transaction: ${['acquired', 'parked', 'scheduled'].map((s) => `${enqueued.filter((e) => e.status === s).length} ${s}`).join(', ')}`);
-
-  const names = new Map(inputs.map((i) => [i.jobId, i.name]));
-  const finished = new Set<string>();
-  let stop = false;
-  const worker = async (workerId: string) => {
-    while (!stop) {
-      let ran = false;
-      for (const { key } of KEYS) {
-        const { state } = await ledger.keyState(key);
-        for (const h of holders(state)) {
-          if (h.lease === null || h.lease.workerId !== null) continue;
-          const { leaseId } = h.lease;
-          const started = await ledger.execute(keyStream(key), { type: 'Start', jobId: h.jobId, leaseId, workerId });
-          if (E.isLeft(started)) continue; // another worker won the race for this admission
-          ran = true;
-          const name = names.get(h.jobId);
-          if (name === 'silent' && h.attempts === 0) break; // goes silent: the sweeper reclaims its lease
-          await sleep(20 + Math.random() * 60);
-          const done = name === 'flaky' && h.attempts === 0
-            ? await ledger.execute(keyStream(key), { type: 'Fail', jobId: h.jobId, leaseId, error: 'flaky: first attempt fails', jitter: Math.random() })
-            : await ledger.execute(keyStream(key), { type: 'Complete', jobId: h.jobId, leaseId });
-          if (E.isRight(done) && done.right.events.some((e) => e.type === 'JobCompleted' || e.type === 'JobDead')) finished.add(h.jobId);
-        }
-      }
-      if (!ran) await sleep(10);
-    }
-  };
-  const sweeper = async () => {
-    while (!stop) {
-      await ledger.executeMany(KEYS.flatMap(({ key }) => [
-        { stream: keyStream(key), command: { type: 'ExpireLeases', jitter: Math.random() } as const },
-        { stream: keyStream(key), command: { type: 'AdmitDue' } as const },
-      ]));
-      await sleep(100);
-    }
-  };
-  const running = [...['w1', 'w2', 'w3', 'w4'].map(worker), sweeper()];
+  const ids = inputs.map((i) => i.jobId);
   const started = Date.now();
-  while (finished.size < jobs && Date.now() - started < 60_000) {
+  for (;;) {
     await sleep(500);
-    note(`  ${finished.size}/${jobs} jobs finished`);
+    const finished = await ledger.finishedJobs(ids);
+    note(`  ${finished}/${jobs} jobs finished`);
+    if (finished >= jobs || Date.now() - started > 60_000) break;
   }
-  stop = true;
-  await Promise.all(running);
+  await Promise.all(workers.map((w) => w.stop(100)));
 };
 
 export const registerDemo = (program: Command, ctx: CommandContext): void => {
@@ -151,6 +139,6 @@ export const registerDemo = (program: Command, ctx: CommandContext): void => {
             ),
           ].join('\n'),
         );
-      });
+      }, { sweepIntervalMs: 200, poolSize: 10 });
     });
 };
