@@ -3,7 +3,7 @@
 //   npm run bench                      # uses DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres
 //   BENCH_SECONDS=5 npm run bench      # longer throughput windows
 //
-// It creates a scratch database `jobledger_bench_<pid>` on that server and drops it at the end.
+// It works in a scratch database on that server and drops it at the end.
 import { performance } from 'node:perf_hooks';
 import * as E from 'fp-ts/lib/Either.js';
 import pg from 'pg';
@@ -18,28 +18,9 @@ import { decide } from '../src/domain/decide/index.js';
 import type { KeyEvent } from '../src/domain/events.js';
 import { fold, initialKeyState, type KeyState } from '../src/domain/key-state.js';
 import { keyStream } from '../src/domain/streams.js';
+import { quantile, quiet, serverName, withScratchDatabase } from './scratch-database.js';
 
-const serverUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const seconds = Number(process.env.BENCH_SECONDS ?? 3);
-const dbName = `jobledger_bench_${process.pid}`;
-
-const withDatabase = (url: string, name: string): string => {
-  const u = new URL(url);
-  u.pathname = `/${name}`;
-  return u.toString();
-};
-
-const admin = async (sql: string) => {
-  const client = new pg.Client({ connectionString: serverUrl });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
-};
-
-const quantile = (sorted: readonly number[], q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
 const ms = (n: number) => `${n.toFixed(2)} ms`;
 
 const job = (jobId: string): JobSpec => ({ jobId, name: 'bench', args: null, queue: 'default', priority: 0, maxAttempts: 3, runAt: null });
@@ -157,41 +138,36 @@ const enqueueLatency = async (url: string, key: string, samples: number) => {
   return { warm: warm.sort((a, b) => a - b), cold: cold.sort((a, b) => a - b) };
 };
 
-const noop = () => undefined;
-const quiet = { child: () => quiet, error: noop, warn: noop, info: noop, debug: noop, trace: noop };
+const main = () =>
+  withScratchDatabase('ledger', async (url) => {
+    const pool = new pg.Pool({ connectionString: url, max: 16 });
+    try {
+      await migrate(pool);
+      console.log(`jobledger ledger bench — ${serverName} — ${seconds} s windows\n`);
 
-const main = async () => {
-  await admin(`CREATE DATABASE ${dbName}`);
-  const url = withDatabase(serverUrl, dbName);
-  const pool = new pg.Pool({ connectionString: url, max: 16 });
-  try {
-    await migrate(pool);
-    console.log(`jobledger ledger bench — ${serverUrl.replace(/\/\/[^@]*@/, '//')} — ${seconds} s windows\n`);
+      for (const writers of [1, 8]) {
+        console.log(`raw appends (expected revision), ${writers} writer(s): ${(await appendsPerSecond(pool, writers)).toFixed(0)}/s`);
+      }
+      for (const writers of [1, 8]) {
+        console.log(`enqueue commands (load + decide + append) over 50 keys, ${writers} writer(s): ${(await enqueuesPerSecond(url, writers)).toFixed(0)}/s`);
+      }
 
-    for (const writers of [1, 8]) {
-      console.log(`raw appends (expected revision), ${writers} writer(s): ${(await appendsPerSecond(pool, writers)).toFixed(0)}/s`);
+      console.log('\nenqueue latency vs stream length (limit-1 key of finished jobs, snapshot every 1000 events):');
+      for (const total of [100, 100_000]) {
+        const key = `long-${total}`;
+        const t = performance.now();
+        await buildLongStream(pool, key, total);
+        const built = ((performance.now() - t) / 1000).toFixed(1);
+        const { warm, cold } = await enqueueLatency(url, key, 300);
+        console.log(
+          `  ${String(total).padStart(7)} events (built in ${built} s): warm p50 ${ms(quantile(warm, 0.5))} p99 ${ms(quantile(warm, 0.99))}; ` +
+            `cold (new process) p50 ${ms(quantile(cold, 0.5))} p99 ${ms(quantile(cold, 0.99))}`,
+        );
+      }
+    } finally {
+      await pool.end();
     }
-    for (const writers of [1, 8]) {
-      console.log(`enqueue commands (load + decide + append) over 50 keys, ${writers} writer(s): ${(await enqueuesPerSecond(url, writers)).toFixed(0)}/s`);
-    }
-
-    console.log('\nenqueue latency vs stream length (limit-1 key of finished jobs, snapshot every 1000 events):');
-    for (const total of [100, 100_000]) {
-      const key = `long-${total}`;
-      const t = performance.now();
-      await buildLongStream(pool, key, total);
-      const built = ((performance.now() - t) / 1000).toFixed(1);
-      const { warm, cold } = await enqueueLatency(url, key, 300);
-      console.log(
-        `  ${String(total).padStart(7)} events (built in ${built} s): warm p50 ${ms(quantile(warm, 0.5))} p99 ${ms(quantile(warm, 0.99))}; ` +
-          `cold (new process) p50 ${ms(quantile(cold, 0.5))} p99 ${ms(quantile(cold, 0.99))}`,
-      );
-    }
-  } finally {
-    await pool.end();
-    await admin(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
-  }
-};
+  });
 
 main().catch((error: unknown) => {
   console.error(error);

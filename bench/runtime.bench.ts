@@ -12,30 +12,10 @@ import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { createLedger, type Ledger } from '../src/adapters/ledger.js';
 import type { EnqueueInput } from '../src/commands/enqueue.js';
+import { quantile, quiet, serverName, withScratchDatabase } from './scratch-database.js';
 
-const serverUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const CLI = new URL('../src/adapters/cli/main.js', import.meta.url).pathname;
 const HANDLERS = new URL('./bench-handlers.js', import.meta.url).pathname;
-const noop = () => undefined;
-const quiet = { child: () => quiet, error: noop, warn: noop, info: noop, debug: noop, trace: noop };
-
-const withDatabase = (url: string, name: string): string => {
-  const u = new URL(url);
-  u.pathname = `/${name}`;
-  return u.toString();
-};
-
-const admin = async (sql: string) => {
-  const client = new pg.Client({ connectionString: serverUrl });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
-};
-
-const quantile = (sorted: readonly number[], q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
 
 interface Scenario {
   readonly url: string;
@@ -44,24 +24,22 @@ interface Scenario {
   readonly workers: ChildProcess[];
 }
 
-const scenario = async <T>(name: string, run: (s: Scenario) => Promise<T>): Promise<T> => {
-  const db = `jobledger_bench_${name.replace(/\W+/g, '_')}_${process.pid}`;
-  await admin(`CREATE DATABASE ${db}`);
-  const url = withDatabase(serverUrl, db);
-  const pool = new pg.Pool({ connectionString: url, max: 8 });
-  pool.on('error', noop);
-  const ledger = await createLedger({ pool, logger: quiet, sweepIntervalMs: 500 });
-  await pool.query('CREATE TABLE bench_starts (job_id text PRIMARY KEY, started_ms bigint NOT NULL)');
-  const s: Scenario = { url, pool, ledger, workers: [] };
-  try {
-    return await run(s);
-  } finally {
-    for (const w of s.workers) w.kill('SIGKILL');
-    await ledger.close();
-    await pool.end();
-    await admin(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
-  }
-};
+const scenario = <T>(name: string, run: (s: Scenario) => Promise<T>): Promise<T> =>
+  withScratchDatabase(name, async (url) => {
+    // pipelined, like the ledger's own pool
+    const pool = new pg.Pool({ connectionString: url, max: 8, pipeline: true } as pg.PoolConfig);
+    pool.on('error', () => undefined);
+    const ledger = await createLedger({ pool, logger: quiet, sweepIntervalMs: 500 });
+    await pool.query('CREATE TABLE bench_starts (job_id text PRIMARY KEY, started_ms bigint NOT NULL)');
+    const s: Scenario = { url, pool, ledger, workers: [] };
+    try {
+      return await run(s);
+    } finally {
+      for (const w of s.workers) w.kill('SIGKILL');
+      await ledger.close();
+      await pool.end();
+    }
+  });
 
 const startWorkers = (s: Scenario, processes: number, concurrency: number) => {
   for (let i = 0; i < processes; i++) {
@@ -127,7 +105,7 @@ const handoff = async () =>
   });
 
 const main = async () => {
-  console.log(`jobledger runtime bench — ${serverUrl.replace(/\/\/[^@]*@/, '//')}\n`);
+  console.log(`jobledger runtime bench — ${serverName}\n`);
   await handoff();
   await throughput('200 keys x limit 2', Array.from({ length: 20_000 }, (_, i) => ({ name: 'noop', key: `k${i % 200}`, limit: 2 })));
   await throughput('one limit-1 key', Array.from({ length: 2_000 }, () => ({ name: 'noop', key: 'single', limit: 1 })));

@@ -1,5 +1,6 @@
+import { EVENT_COLUMNS, toRecordedEvent, type EventRow } from '../adapters/eventstore/postgres/postgres-event-store.js';
 import type pg from 'pg';
-import { START, comparePositions, type GlobalPosition, type JsonObject, type RecordedEvent } from '../domain/ports/event-store.js';
+import { START, comparePositions, type GlobalPosition } from '../domain/ports/event-store.js';
 import type { Projection } from './projection.js';
 import { applyEvents, inTransaction, projectionLockSql, saveCheckpoint } from './runner.js';
 
@@ -92,30 +93,3 @@ export async function rebuild(pool: pg.Pool, projection: Projection, options: Re
     return { events, checkpoint };
   });
 }
-
-// The events as the store returns them (see PostgresEventStore): xid8 as text, bigints as strings.
-const EVENT_COLUMNS =
-  'global_position, transaction_id::text AS transaction_id_text, stream, stream_revision, type, data, metadata, event_id, created';
-
-interface EventRow {
-  readonly global_position: string;
-  readonly transaction_id_text: string;
-  readonly stream: string;
-  readonly stream_revision: string;
-  readonly type: string;
-  readonly data: JsonObject;
-  readonly metadata: JsonObject;
-  readonly event_id: string;
-  readonly created: Date;
-}
-
-const toRecordedEvent = (row: EventRow): RecordedEvent => ({
-  stream: row.stream,
-  revision: Number(row.stream_revision),
-  position: { commit: BigInt(row.transaction_id_text), prepare: BigInt(row.global_position) },
-  type: row.type,
-  data: row.data,
-  metadata: row.metadata,
-  eventId: row.event_id,
-  created: row.created,
-});

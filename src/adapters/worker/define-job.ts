@@ -1,3 +1,4 @@
+import type { EnqueueInput } from '../../commands/enqueue.js';
 import type { Logger } from '../../domain/ports/logger.js';
 
 /** What a handler gets besides its arguments. */
@@ -52,18 +53,8 @@ export const handlerTable = (handlers: HandlerMap): ReadonlyMap<string, JobHandl
     ),
   );
 
-/** Options an enqueue of a defined job may override. */
-export interface JobOverrides {
-  readonly key?: string | null;
-  readonly limit?: number;
-  readonly leaseMs?: number;
-  readonly priority?: number;
-  readonly runAt?: Date | string | number;
-  readonly delayMs?: number;
-  readonly maxAttempts?: number;
-  readonly queue?: string;
-  readonly jobId?: string;
-}
+/** Options an enqueue of a defined job may override: anything an enqueue takes but its name and args. */
+export type JobOverrides = Omit<EnqueueInput, 'name' | 'args'>;
 
 /** The enqueue a definition implies for these args, with the call site's overrides on top. */
 export const inputFor = <A>(job: JobDefinition<A>, args: A, overrides: JobOverrides = {}) => ({

@@ -80,24 +80,6 @@ describe('PgQueue', () => {
   const inQueue = (msgId: string) => count('SELECT count(*) AS n FROM queue_messages WHERE msg_id = $1', [msgId]);
   const inArchive = (msgId: string) => count('SELECT count(*) AS n FROM queue_archive WHERE msg_id = $1', [msgId]);
 
-  it('documents every table, column and index of the queue schema', async () => {
-    const tables = ['queues', 'queue_send_counts', 'queue_messages', 'queue_archive'];
-    const { rows } = await db.pool.query<{ what: string }>(
-      `
-      SELECT c.relname || '.' || a.attname AS what
-      FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
-      WHERE c.relname = ANY ($1) AND a.attnum > 0 AND NOT a.attisdropped AND col_description(c.oid, a.attnum) IS NULL
-      UNION ALL
-      SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
-      WHERE t.relname = ANY ($1) AND obj_description(i.oid, 'pg_class') IS NULL
-      UNION ALL
-      SELECT relname FROM pg_class WHERE relname = ANY ($1) AND obj_description(oid, 'pg_class') IS NULL`,
-      [tables],
-    );
-    expect(rows.map((row) => row.what)).toEqual([]);
-    expect(await count(`SELECT count(*) AS n FROM pg_tables WHERE schemaname = 'public' AND tablename = ANY ($1)`, [tables])).toBe(4);
-  });
-
   it('sends and reads JSON messages in order, ids increasing along the batch', async () => {
     const values = ['text', 42, null, { a: [1, { b: true }] }, [1, 2], undefined];
     const ids = await queue.sendBatch('jobs', values);

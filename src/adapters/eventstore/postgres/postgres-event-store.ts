@@ -354,10 +354,11 @@ const recordedEvents = (append: PreparedAppend, rows: readonly WrittenRow[]): Re
 
 // xid8 has no JavaScript type parser: it comes as text. The alias must not be `transaction_id`:
 // ORDER BY transaction_id would then sort by the text, and '100000' < '99999'.
-const EVENT_COLUMNS =
+/** The columns a RecordedEvent is read from (xid8 as text: bigints arrive as strings). */
+export const EVENT_COLUMNS =
   'global_position, transaction_id::text AS transaction_id_text, stream, stream_revision, type, data, metadata, event_id, created';
 
-interface EventRow {
+export interface EventRow {
   // int8 arrives as a string unless the application changed pg's type parsers; Number() and
   // BigInt() take either.
   readonly global_position: string;
@@ -371,7 +372,7 @@ interface EventRow {
   readonly created: Date;
 }
 
-const toRecordedEvent = (row: EventRow): RecordedEvent => ({
+export const toRecordedEvent = (row: EventRow): RecordedEvent => ({
   stream: row.stream,
   revision: Number(row.stream_revision),
   position: { commit: BigInt(row.transaction_id_text), prepare: BigInt(row.global_position) },

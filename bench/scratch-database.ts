@@ -1,0 +1,37 @@
+// What the bench scripts share: the server they measure and scratch databases on it.
+import pg from 'pg';
+
+/** DATABASE_URL, else the machine's PostgreSQL. */
+export const serverUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+
+/** The server, for printing (no credentials). */
+export const serverName = serverUrl.replace(/\/\/[^@]*@/, '//');
+
+const admin = async (sql: string) => {
+  const client = new pg.Client({ connectionString: serverUrl });
+  await client.connect();
+  try {
+    await client.query(sql);
+  } finally {
+    await client.end();
+  }
+};
+
+/** Creates database `name` on the server, runs `use` with its URL, and drops it afterwards. */
+export const withScratchDatabase = async <T>(name: string, use: (url: string) => Promise<T>): Promise<T> => {
+  const db = `jobledger_bench_${name.replace(/\W+/g, '_')}_${process.pid}`;
+  await admin(`CREATE DATABASE ${db}`);
+  const url = new URL(serverUrl);
+  url.pathname = `/${db}`;
+  try {
+    return await use(url.toString());
+  } finally {
+    await admin(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
+  }
+};
+
+const noop = () => undefined;
+/** The benches measure; they do not log. */
+export const quiet = { child: () => quiet, error: noop, warn: noop, info: noop, debug: noop, trace: noop };
+
+export const quantile = (sorted: readonly number[], q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
