@@ -118,7 +118,14 @@ export class Worker {
       const free = this.concurrency - this.running.size;
       const messages = free > 0 ? await this.readBatch(free) : [];
       if (messages.length > 0) {
-        await this.startBatch(messages);
+        try {
+          await this.startBatch(messages);
+        } catch (error) {
+          // The messages stay in the queue and come back when their visibility lapses; the ledger
+          // decides again then.
+          this.log.error({ err: error }, 'starting a batch failed; retrying');
+          await new Promise((resolve) => setTimeout(resolve, 1_000));
+        }
         continue;
       }
       await new Promise<void>((resolve) => {
@@ -208,7 +215,13 @@ export class Worker {
       if (!run.controller.signal.aborted) log.info({ err: error }, 'job failed');
     }
     clearInterval(run.heartbeat);
-    if (!run.controller.signal.aborted) await this.finishes.add({ run, finish });
+    if (run.controller.signal.aborted) return;
+    try {
+      await this.finishes.add({ run, finish });
+    } catch (error) {
+      // Not recorded: the lease lapses and the sweeper retries the job (delivery is at least once).
+      log.error({ err: error, outcome: finish.kind }, 'recording the result failed');
+    }
   }
 
   /** Aborts a run whose result will not be reported. */
