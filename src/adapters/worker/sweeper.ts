@@ -1,3 +1,4 @@
+import * as E from 'fp-ts/lib/Either.js';
 import pg from 'pg';
 import type { CommandResult } from '../../commands/key-command-handler.js';
 import type { Logger } from '../../domain/ports/logger.js';
@@ -98,7 +99,7 @@ export class Sweeper {
     const results: CommandResult[] = [];
     // Small transactions: one busy key conflicting with a worker re-decides its chunk, not the whole sweep.
     for (let i = 0; i < commands.length; i += CHUNK) results.push(...(await this.ledger.executeMany(commands.slice(i, i + CHUNK))));
-    const count = (type: string) => results.reduce((n, r) => n + (r._tag === 'Right' ? r.right.events.filter((e) => e.type === type).length : 0), 0);
+    const count = (type: string) => results.reduce((n, r) => n + (E.isRight(r) ? r.right.events.filter((e) => e.type === type).length : 0), 0);
     const summary = { expired: count('LeaseExpired'), admitted: count('SlotAcquired') + count('JobParked') };
     if (summary.expired + summary.admitted > 0) this.log.info(summary, 'sweeper: leases expired, due jobs admitted');
     return summary;
