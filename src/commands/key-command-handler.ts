@@ -121,7 +121,7 @@ export class KeyCommandHandler {
     });
     const streams = [...new Set(items.map((i) => i.stream))];
     for (let attempt = 0; ; attempt++) {
-      const loaded = new Map(await Promise.all(streams.map(async (s) => [s, await this.loader.load(s)] as const)));
+      const loaded = await this.loader.loadMany(streams);
       const now = this.clock();
       const { results, appends, states } = this.decideAll(items, loaded, now);
       if (appends.length === 0) return results;

@@ -53,12 +53,25 @@ export class KeyStateLoader {
   ) {}
 
   async load(stream: string): Promise<Loaded> {
-    const base = this.cache.get(stream) ?? (await this.fromSnapshot(stream));
-    const delta = await this.store.readStream(stream, { fromRevision: next(base.revision) });
-    const last = delta[delta.length - 1];
-    if (last === undefined) return base;
-    const loaded: Loaded = { state: fold(base.state, delta.map(decodeRecorded)), revision: last.revision };
-    this.put(stream, loaded);
+    return (await this.loadMany([stream])).get(stream)!;
+  }
+
+  /** Several streams at once: their bases from the cache or snapshots, then every delta in one read. */
+  async loadMany(streams: readonly string[]): Promise<ReadonlyMap<string, Loaded>> {
+    const bases = new Map(await Promise.all(streams.map(async (s) => [s, this.cache.get(s) ?? (await this.fromSnapshot(s))] as const)));
+    const deltas = await this.store.readStreams([...bases].map(([stream, base]) => ({ stream, fromRevision: next(base.revision) })));
+    const loaded = new Map<string, Loaded>();
+    for (const [stream, base] of bases) {
+      const delta = deltas.get(stream) ?? [];
+      const last = delta[delta.length - 1];
+      if (last === undefined) {
+        loaded.set(stream, base);
+        continue;
+      }
+      const fresh: Loaded = { state: fold(base.state, delta.map(decodeRecorded)), revision: last.revision };
+      this.put(stream, fresh);
+      loaded.set(stream, fresh);
+    }
     return loaded;
   }
 

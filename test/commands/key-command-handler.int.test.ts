@@ -237,10 +237,11 @@ describe('snapshots and the cache', () => {
     const store = new PostgresEventStore(pool);
     const reads: number[] = [];
     const counting = Object.create(store) as PostgresEventStore;
-    counting.readStream = async (stream, options) => {
-      const events = await store.readStream(stream, options);
-      reads.push(events.length);
-      return events;
+    // how many events each load read: the delta after the cache or snapshot
+    counting.readStreams = async (requests) => {
+      const read = await store.readStreams(requests);
+      for (const events of read.values()) reads.push(events.length);
+      return read;
     };
     return { handler: new KeyCommandHandler({ store: counting, snapshots: new PostgresSnapshotStore(pool) }, { snapshotEvery, eventId: keyEventId }), reads };
   };

@@ -231,6 +231,24 @@ export function eventStoreContract(name: string, setup: () => Promise<EventStore
       expect(await revisions({ fromRevision: 10 })).toEqual([]);
     });
 
+    it('readStreams reads several streams, each from its own revision, as readStream would', async () => {
+      const p = uniquePrefix();
+      for (let i = 0; i < 5; i++) await store.append(`${p}a`, 'any', [event(`A${i}`)]);
+      for (let i = 0; i < 3; i++) await store.append(`${p}b`, 'any', [event(`B${i}`)]);
+      const read = await store.readStreams([
+        { stream: `${p}a`, fromRevision: 2 },
+        { stream: `${p}b`, fromRevision: 0 },
+        { stream: `${p}missing`, fromRevision: 0 },
+        { stream: `${p}c`, fromRevision: 9 },
+      ]);
+      expect(read.get(`${p}a`)).toEqual(await store.readStream(`${p}a`, { fromRevision: 2 }));
+      expect(read.get(`${p}b`)).toEqual(await store.readStream(`${p}b`));
+      expect(read.get(`${p}missing`)).toEqual([]);
+      expect(read.get(`${p}c`)).toEqual([]);
+      expect(read.size).toBe(4);
+      expect((await store.readStreams([])).size).toBe(0);
+    });
+
     it('readAll filters by stream prefix and resumes strictly after a position', async () => {
       const p = uniquePrefix();
       const inside: string[] = [];

@@ -128,6 +128,11 @@ export interface EventStore {
   appendMany(appends: readonly StreamAppend[]): Promise<AppendResult[]>;
   /** Events of one stream in revision order; [] for a stream that does not exist. */
   readStream(stream: string, options?: ReadStreamOptions): Promise<RecordedEvent[]>;
+  /**
+   * Events of several streams, each from its own revision, in one read: a batch of commands over
+   * many keys loads them all at once. Every requested stream is in the result ([] when it has none).
+   */
+  readStreams(requests: readonly { readonly stream: string; readonly fromRevision: StreamRevision }[]): Promise<ReadonlyMap<string, RecordedEvent[]>>;
   /** Events of every stream (or those with a prefix) in global order, only once no earlier event can still appear. */
   readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
   /**

@@ -91,6 +91,20 @@ export class PostgresEventStore implements EventStore {
     return rows.map(toRecordedEvent);
   }
 
+  async readStreams(requests: readonly { readonly stream: string; readonly fromRevision: StreamRevision }[]): Promise<ReadonlyMap<string, RecordedEvent[]>> {
+    const result = new Map<string, RecordedEvent[]>(requests.map((r) => [r.stream, []]));
+    if (requests.length === 0) return result;
+    const { rows } = await this.pool.query<EventRow>(
+      `SELECT ${EVENT_COLUMNS} FROM events
+       JOIN unnest($1::text[], $2::bigint[]) AS wanted (s, from_revision)
+         ON events.stream = wanted.s AND events.stream_revision >= wanted.from_revision
+       ORDER BY stream, stream_revision`,
+      [requests.map((r) => r.stream), requests.map((r) => r.fromRevision)],
+    );
+    for (const row of rows) result.get(row.stream)?.push(toRecordedEvent(row));
+    return result;
+  }
+
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
     const after = options.after ?? START;
     const values: unknown[] = [after.commit.toString(), after.prepare.toString(), options.maxCount ?? null];
