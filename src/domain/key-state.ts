@@ -58,62 +58,100 @@ export const initialKeyState: KeyState = { limit: 0, leaseMs: 0, nextSeq: 0, adm
 
 export type JobEntry = JobState & { readonly jobId: string };
 
-const entries = (state: KeyState): JobEntry[] =>
-  Object.entries(state.jobs).map(([jobId, job]) => ({ ...job, jobId }));
+/** The jobs that pass `keep`, as entries; only those are copied (a key may hold thousands of jobs). */
+const entries = (state: KeyState, keep: (job: JobState) => boolean): JobEntry[] => {
+  const out: JobEntry[] = [];
+  for (const jobId in state.jobs) {
+    const job = state.jobs[jobId]!;
+    if (keep(job)) out.push({ ...job, jobId });
+  }
+  return out;
+};
 
-export const jobsIn = (state: KeyState, status: JobStatus): JobEntry[] =>
-  entries(state).filter((j) => j.status === status);
+export const jobsIn = (state: KeyState, status: JobStatus): JobEntry[] => entries(state, (j) => j.status === status);
 
-export const holders = (state: KeyState): JobEntry[] => entries(state).filter((j) => j.lease !== null);
+export const holders = (state: KeyState): JobEntry[] => entries(state, (j) => j.lease !== null);
 
 /** Promotion order: smaller priority first, then enqueue order. */
 export const byPromotionOrder = (a: JobEntry, b: JobEntry): number => a.priority - b.priority || a.seq - b.seq;
 
 export const parkedInOrder = (state: KeyState): JobEntry[] => jobsIn(state, 'parked').sort(byPromotionOrder);
 
-const withJob = (state: KeyState, jobId: string, update: (job: JobState) => JobState | undefined): KeyState => {
-  const job = state.jobs[jobId];
-  if (job === undefined) return state;
+/** The first `n` parked jobs in promotion order, without sorting them all when n is small (a release promotes one). */
+export const nextParked = (state: KeyState, n: number): JobEntry[] => {
+  if (n <= 0) return [];
+  if (n > 8) return parkedInOrder(state).slice(0, n);
+  const best: { readonly jobId: string; readonly job: JobState }[] = [];
+  const before = (a: JobState, b: JobState) => a.priority < b.priority || (a.priority === b.priority && a.seq < b.seq);
+  for (const jobId in state.jobs) {
+    const job = state.jobs[jobId]!;
+    if (job.status !== 'parked') continue;
+    if (best.length === n && !before(job, best[n - 1]!.job)) continue;
+    let i = Math.min(best.length, n - 1);
+    while (i > 0 && before(job, best[i - 1]!.job)) i--;
+    best.splice(i, 0, { jobId, job });
+    if (best.length > n) best.pop();
+  }
+  return best.map(({ jobId, job }) => ({ ...job, jobId }));
+};
+
+/** How many jobs hold a slot. */
+export const holderCount = (state: KeyState): number => {
+  let n = 0;
+  for (const jobId in state.jobs) if (state.jobs[jobId]!.lease !== null) n++;
+  return n;
+};
+
+/**
+ * A state being folded: its own copy of the jobs record, changed in place event by event, so a fold
+ * costs O(jobs + events) instead of a copy of the record per event. Job objects are replaced,
+ * never changed, so states handed out before share them safely. A draft never escapes this module
+ * except through fold's result or a Decision (which draft their own).
+ */
+export type Draft = { -readonly [K in keyof KeyState]: KeyState[K] } & { jobs: Record<string, JobState> };
+
+export const draftOf = (state: KeyState): Draft => ({ ...state, jobs: { ...state.jobs } });
+
+const setJob = (d: Draft, jobId: string, update: (job: JobState) => JobState | undefined): void => {
+  const job = d.jobs[jobId];
+  if (job === undefined) return;
   const next = update(job);
-  const jobs = { ...state.jobs };
-  if (next === undefined) delete jobs[jobId];
-  else jobs[jobId] = next;
-  return { ...state, jobs };
+  if (next === undefined) delete d.jobs[jobId];
+  else d.jobs[jobId] = next;
 };
 
 /** A finished job leaves the state once it holds no slot. */
 const finish = (job: JobState): JobState | undefined =>
   job.lease === null ? undefined : { ...job, status: 'finishing' };
 
-export const evolve = (state: KeyState, event: KeyEvent): KeyState => {
+/** Applies one event to a draft, in place. */
+export const apply = (d: Draft, event: KeyEvent): void => {
   switch (event.type) {
     case 'KeyLimitSet':
-      return { ...state, limit: event.data.limit, leaseMs: event.data.leaseMs };
+      d.limit = event.data.limit;
+      d.leaseMs = event.data.leaseMs;
+      return;
     case 'JobEnqueued': {
-      const d = event.data;
-      return {
-        ...state,
-        nextSeq: state.nextSeq + 1,
-        jobs: {
-          ...state.jobs,
-          [d.jobId]: {
-            status: 'pending',
-            priority: d.priority,
-            seq: state.nextSeq,
-            attempts: 0,
-            maxAttempts: d.maxAttempts,
-            leaseMs: d.leaseMs,
-            runAt: null,
-            parkedAt: null,
-            lease: null,
-          },
-        },
+      const e = event.data;
+      d.jobs[e.jobId] = {
+        status: 'pending',
+        priority: e.priority,
+        seq: d.nextSeq,
+        attempts: 0,
+        maxAttempts: e.maxAttempts,
+        leaseMs: e.leaseMs,
+        runAt: null,
+        parkedAt: null,
+        lease: null,
       };
+      d.nextSeq += 1;
+      return;
     }
     case 'SlotAcquired':
     case 'JobPromoted': {
       const { leaseId, expiresAt, at } = event.data;
-      return withJob({ ...state, admissions: state.admissions + 1 }, event.data.jobId, (job) => ({
+      d.admissions += 1;
+      return setJob(d, event.data.jobId, (job) => ({
         ...job,
         status: 'holding',
         runAt: null,
@@ -122,53 +160,38 @@ export const evolve = (state: KeyState, event: KeyEvent): KeyState => {
       }));
     }
     case 'JobParked':
-      return withJob(state, event.data.jobId, (job) => ({
-        ...job,
-        status: 'parked',
-        runAt: null,
-        parkedAt: event.data.at,
-      }));
+      return setJob(d, event.data.jobId, (job) => ({ ...job, status: 'parked', runAt: null, parkedAt: event.data.at }));
     case 'JobScheduled':
-      return withJob(state, event.data.jobId, (job) => ({
-        ...job,
-        status: 'scheduled',
-        runAt: event.data.runAt,
-        parkedAt: null,
-      }));
+      return setJob(d, event.data.jobId, (job) => ({ ...job, status: 'scheduled', runAt: event.data.runAt, parkedAt: null }));
     case 'JobStarted': {
       const { attempt, workerId, expiresAt } = event.data;
-      return withJob(state, event.data.jobId, (job) => ({
-        ...job,
-        attempts: attempt,
-        lease: job.lease && { ...job.lease, workerId, expiresAt },
-      }));
+      return setJob(d, event.data.jobId, (job) => ({ ...job, attempts: attempt, lease: job.lease && { ...job.lease, workerId, expiresAt } }));
     }
     case 'LeaseRenewed':
-      return withJob(state, event.data.jobId, (job) => ({
-        ...job,
-        lease: job.lease && { ...job.lease, expiresAt: event.data.expiresAt },
-      }));
+      return setJob(d, event.data.jobId, (job) => ({ ...job, lease: job.lease && { ...job.lease, expiresAt: event.data.expiresAt } }));
     case 'JobYielded':
       // A yield hands the attempt back: the job did not fail, the worker stopped.
-      return withJob(state, event.data.jobId, (job) => ({
-        ...job,
-        attempts: job.lease?.workerId != null ? job.attempts - 1 : job.attempts,
-      }));
+      return setJob(d, event.data.jobId, (job) => ({ ...job, attempts: job.lease?.workerId != null ? job.attempts - 1 : job.attempts }));
     case 'SlotReleased':
-      return withJob(state, event.data.jobId, (job) =>
-        job.status === 'finishing' ? undefined : { ...job, status: 'pending', lease: null },
-      );
+      return setJob(d, event.data.jobId, (job) => (job.status === 'finishing' ? undefined : { ...job, status: 'pending', lease: null }));
     case 'JobCompleted':
     case 'JobDead':
     case 'JobCancelled':
     case 'ParkedDiscarded':
-      return withJob(state, event.data.jobId, finish);
+      return setJob(d, event.data.jobId, finish);
     case 'JobFailed':
     case 'LeaseExpired':
     case 'LeaseRevoked':
       // The SlotReleased that follows in the same append moves the job on.
-      return state;
+      return;
   }
 };
 
-export const fold = (state: KeyState, events: readonly KeyEvent[]): KeyState => events.reduce(evolve, state);
+export const fold = (state: KeyState, events: readonly KeyEvent[]): KeyState => {
+  if (events.length === 0) return state;
+  const d = draftOf(state);
+  for (const event of events) apply(d, event);
+  return d;
+};
+
+export const evolve = (state: KeyState, event: KeyEvent): KeyState => fold(state, [event]);

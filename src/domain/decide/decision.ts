@@ -2,23 +2,36 @@ import * as E from 'fp-ts/lib/Either.js';
 import { retryDelayMs } from '../backoff.js';
 import type { DomainError } from '../errors.js';
 import { mk, type EventData, type KeyEvent, type KeyEventType, type ReleaseReason } from '../events.js';
-import { evolve, holders, parkedInOrder, type JobEntry, type KeyState } from '../key-state.js';
+import { apply, draftOf, holderCount, nextParked, type Draft, type JobEntry, type KeyState } from '../key-state.js';
 
 // The steps every decision is made of. A Decision records events and folds each one at once, so a
 // later step (promotion after a release, the second job of a batch) sees what the earlier ones did:
 // this is what makes "release and hand the slot over" a single append.
 export class Decision {
   readonly events: KeyEvent[] = [];
+  /** The key's state as the events so far leave it: a draft of our own, so each event costs O(1). */
+  private readonly draft: Draft;
+  /** Holders, kept as events are emitted rather than counted on every admission. */
+  private holding: number;
 
   constructor(
-    public state: KeyState,
+    state: KeyState,
     readonly now: number,
-  ) {}
+  ) {
+    this.draft = draftOf(state);
+    this.holding = holderCount(state);
+  }
+
+  get state(): KeyState {
+    return this.draft;
+  }
 
   emit<T extends KeyEventType>(type: T, data: Omit<EventData<T>, 'at'>): void {
     const event = mk(type, { ...data, at: this.now } as unknown as EventData<T>);
     this.events.push(event);
-    this.state = evolve(this.state, event);
+    apply(this.draft, event);
+    if (event.type === 'SlotAcquired' || event.type === 'JobPromoted') this.holding += 1;
+    else if (event.type === 'SlotReleased') this.holding -= 1;
   }
 
   job(jobId: string): JobEntry | undefined {
@@ -31,7 +44,7 @@ export class Decision {
   }
 
   private hasFreeSlot(): boolean {
-    return holders(this.state).length < this.state.limit;
+    return this.holding < this.draft.limit;
   }
 
   /** A due job takes a free slot or parks. Parked jobs are only ever waiting when the key is full (invariant 2), so a free slot means nobody is ahead. */
@@ -45,7 +58,7 @@ export class Decision {
 
   /** Hands every free slot to parked jobs in promotion order. Runs after anything that frees a slot or raises the limit. */
   fillSlots(): void {
-    for (const next of parkedInOrder(this.state)) {
+    for (const next of nextParked(this.state, this.draft.limit - this.holding)) {
       if (!this.hasFreeSlot()) return;
       this.emit('JobPromoted', {
         jobId: next.jobId,
