@@ -68,7 +68,9 @@ const enqueuesPerSecond = async (url: string, writers: number): Promise<number> 
  * would have saved there.
  */
 const buildLongStream = async (pool: pg.Pool, key: string, total: number): Promise<void> => {
-  const store = new PostgresEventStore(pool);
+  // the ledger's store: its inline projections must see every event, as they would in production
+  const ledger = await createLedger({ pool, migrate: false, logger: quiet });
+  const store = ledger.store;
   const snapshots = new PostgresSnapshotStore(pool);
   const stream = keyStream(key);
   let state: KeyState = initialKeyState;
@@ -99,6 +101,7 @@ const buildLongStream = async (pool: pg.Pool, key: string, total: number): Promi
     if (pending.length >= 1000) await flush();
   }
   await flush();
+  await ledger.close();
 };
 
 /** Runs the job just enqueued to completion (not measured), so every measured enqueue meets the same small key state. */
