@@ -8,7 +8,6 @@ import type { Logger } from '../../domain/ports/logger.js';
 import { streamFor } from '../../domain/streams.js';
 import type { DispatchMessage } from '../../projections/dispatcher.js';
 import type { PgQueue, QueueMessage } from '../queue/pg-queue.js';
-import { Wakeup } from '../wakeup.js';
 import { Batcher } from './batcher.js';
 import { handlerTable, type HandlerMap, type JobHandler } from './define-job.js';
 
@@ -66,7 +65,7 @@ export class Worker {
   private readonly finishes: Batcher<{ readonly run: Running; readonly finish: Finish }, void>;
   private loop: Promise<void> | undefined;
   private stopping = false;
-  private readonly wakeup = new Wakeup();
+  private wake: (() => void) | undefined;
 
   constructor(
     private readonly ledger: CommandExecutor,
@@ -89,7 +88,7 @@ export class Worker {
 
   start(): void {
     if (this.loop) return;
-    const listener = this.queue.listen(this.queueName, () => this.wakeup.wake());
+    const listener = this.queue.listen(this.queueName, () => this.wake?.());
     this.loop = this.readLoop().finally(() => listener.stop());
   }
 
@@ -99,7 +98,7 @@ export class Worker {
    */
   async stop(graceMs = this.options.graceMs ?? 10_000): Promise<void> {
     this.stopping = true;
-    this.wakeup.wake();
+    this.wake?.();
     await this.loop;
     const deadline = new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref());
     await Promise.race([Promise.all([...this.running.values()].map((r) => r.done)), deadline]);
@@ -116,7 +115,6 @@ export class Worker {
   private async readLoop(): Promise<void> {
     const pollMs = this.options.pollIntervalMs ?? 1_000;
     while (!this.stopping) {
-      this.wakeup.reset();
       const free = this.concurrency - this.running.size;
       const messages = free > 0 ? await this.readBatch(free) : [];
       if (messages.length > 0) {
@@ -130,7 +128,14 @@ export class Worker {
         }
         continue;
       }
-      await this.wakeup.sleep(pollMs);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, pollMs);
+        this.wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wake = undefined;
     }
   }
 
@@ -194,7 +199,7 @@ export class Worker {
     this.running.set(m.msgId, run);
     void run.done.finally(() => {
       this.running.delete(m.msgId);
-      this.wakeup.wake();
+      this.wake?.();
     });
   }
 
