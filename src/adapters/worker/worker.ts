@@ -8,6 +8,7 @@ import type { Logger } from '../../domain/ports/logger.js';
 import { streamFor } from '../../domain/streams.js';
 import type { DispatchMessage } from '../../projections/dispatcher.js';
 import type { PgQueue, QueueMessage } from '../queue/pg-queue.js';
+import { Wakeup } from '../wakeup.js';
 import { Batcher } from './batcher.js';
 import { handlerTable, type HandlerMap, type JobHandler } from './define-job.js';
 
@@ -65,7 +66,7 @@ export class Worker {
   private readonly finishes: Batcher<{ readonly run: Running; readonly finish: Finish }, void>;
   private loop: Promise<void> | undefined;
   private stopping = false;
-  private wake: (() => void) | undefined;
+  private readonly wakeup = new Wakeup();
 
   constructor(
     private readonly ledger: CommandExecutor,
@@ -88,7 +89,7 @@ export class Worker {
 
   start(): void {
     if (this.loop) return;
-    const listener = this.queue.listen(this.queueName, () => this.wake?.());
+    const listener = this.queue.listen(this.queueName, () => this.wakeup.wake());
     this.loop = this.readLoop().finally(() => listener.stop());
   }
 
@@ -98,7 +99,7 @@ export class Worker {
    */
   async stop(graceMs = this.options.graceMs ?? 10_000): Promise<void> {
     this.stopping = true;
-    this.wake?.();
+    this.wakeup.wake();
     await this.loop;
     const deadline = new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref());
     await Promise.race([Promise.all([...this.running.values()].map((r) => r.done)), deadline]);
@@ -115,6 +116,7 @@ export class Worker {
   private async readLoop(): Promise<void> {
     const pollMs = this.options.pollIntervalMs ?? 1_000;
     while (!this.stopping) {
+      this.wakeup.reset();
       const free = this.concurrency - this.running.size;
       const messages = free > 0 ? await this.readBatch(free) : [];
       if (messages.length > 0) {
@@ -128,14 +130,7 @@ export class Worker {
         }
         continue;
       }
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, pollMs);
-        this.wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      this.wake = undefined;
+      await this.wakeup.sleep(pollMs);
     }
   }
 
@@ -199,7 +194,7 @@ export class Worker {
     this.running.set(m.msgId, run);
     void run.done.finally(() => {
       this.running.delete(m.msgId);
-      this.wake?.();
+      this.wakeup.wake();
     });
   }
 

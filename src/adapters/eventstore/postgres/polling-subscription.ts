@@ -1,3 +1,4 @@
+import { Wakeup } from '../../wakeup.js';
 import type { GlobalPosition, RecordedEvent, Subscription } from '../../../domain/ports/event-store.js';
 
 export interface PollingSubscriptionOptions {
@@ -22,12 +23,10 @@ export interface PollingSubscriptionOptions {
 export class PollingSubscription implements Subscription {
   readonly done: Promise<void>;
   private stopping = false;
-  // Set by a wake-up that arrived while reading or handling, so it is not lost.
-  private woken = false;
-  private wakeWaiter: (() => void) | undefined;
+  private readonly wakeup = new Wakeup();
 
   constructor(options: PollingSubscriptionOptions) {
-    const listener = options.listen(() => this.wake());
+    const listener = options.listen(() => this.wakeup.wake());
     listener.start();
     this.done = this.run(options).finally(async () => {
       await listener.close();
@@ -37,38 +36,21 @@ export class PollingSubscription implements Subscription {
 
   async stop(): Promise<void> {
     this.stopping = true;
-    this.wake();
+    this.wakeup.wake();
     await this.done.catch(() => undefined);
   }
 
   private async run(options: PollingSubscriptionOptions): Promise<void> {
     let after = options.after;
     while (!this.stopping) {
-      this.woken = false;
+      this.wakeup.reset();
       const events = await options.read(after, options.batchSize);
       if (this.stopping) return;
       if (events.length > 0) {
         await options.handler(events);
         after = events.at(-1)!.position;
       }
-      if (events.length < options.batchSize) await this.sleep(options.pollIntervalMs);
+      if (events.length < options.batchSize) await this.wakeup.sleep(options.pollIntervalMs);
     }
-  }
-
-  private wake(): void {
-    this.woken = true;
-    this.wakeWaiter?.();
-  }
-
-  private async sleep(ms: number): Promise<void> {
-    if (this.woken) return;
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, ms);
-      this.wakeWaiter = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-    });
-    this.wakeWaiter = undefined;
   }
 }
