@@ -83,6 +83,10 @@ const largestOverlap = (keyRuns: readonly Run[]): number => {
   return max;
 };
 
+/** A handler records its end before the worker commits its Complete: wait for the ledger too. */
+const untilSettled = (key: string) =>
+  until(() => ledger.keyState(key), ({ state }) => Object.keys(state.jobs).length === 0, `key ${key} to have no job left`);
+
 /** Folds the key's stream, checking the limit after every admission. */
 const foldChecked = async (key: string) => {
   let state = initialKeyState;
@@ -109,6 +113,7 @@ describe('workers as separate processes', () => {
     const overlaps = keys.map((key) => largestOverlap(all.filter((r) => r.key === key)));
     expect(Math.max(...overlaps)).toBe(2);
     for (const key of keys) {
+      await untilSettled(key);
       const state = await foldChecked(key);
       expect(holders(state)).toEqual([]);
       expect(jobsIn(state, 'parked')).toEqual([]);
@@ -129,6 +134,7 @@ describe('workers as separate processes', () => {
 
     const all = await until(runs, (r) => r.filter((x) => x.outcome === 'completed').length >= 3, 'p1, p2 and the retry to complete');
     expect(all.find((r) => r.job_id === 'victim' && r.outcome === 'completed')?.attempt).toBe(2);
+    await untilSettled(key);
     const events = await eventsOf(key);
     expect(events.filter((e) => e.type === 'LeaseExpired').map((e) => e.data.jobId)).toEqual(['victim']);
     expect(events.filter((e) => e.type === 'JobPromoted').map((e) => e.data.jobId)).toContain('p1');
