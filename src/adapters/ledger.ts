@@ -6,7 +6,7 @@ import type { Command } from '../domain/commands.js';
 import type { EventStore, JsonObject } from '../domain/ports/event-store.js';
 import type { Logger } from '../domain/ports/logger.js';
 import { keyStream } from '../domain/streams.js';
-import { createDispatcher } from '../projections/dispatcher.js';
+import { HANDED_OFF_SQL, createDispatcher } from '../projections/dispatcher.js';
 import { createReadModelProjections } from '../projections/read-models.js';
 import { inlineProjections } from '../projections/runner.js';
 import { PostgresEventStore } from './eventstore/postgres/postgres-event-store.js';
@@ -16,7 +16,7 @@ import { PostgresSnapshotStore } from './postgres/postgres-snapshot-store.js';
 import { PgQueue } from './queue/pg-queue.js';
 import { inputFor, isJobDefinition, type JobDefinition, type JobOverrides } from './worker/define-job.js';
 import { Sweeper } from './worker/sweeper.js';
-import { Worker, type WorkerOptions } from './worker/worker.js';
+import { Worker, type HandedOffJob, type WorkerOptions } from './worker/worker.js';
 
 export interface LedgerOptions {
   /** PostgreSQL holding the ledger. Either this or `pool`. */
@@ -60,6 +60,8 @@ export class Ledger {
     private readonly clock: () => number,
     private readonly log: Logger,
     sweepIntervalMs: number | undefined,
+    /** Admissions are dispatched inside the append (inline projections): workers may hand off directly. */
+    readonly directHandoff: boolean,
   ) {
     this.sweeper = new Sweeper(this, pool, log.child({ component: 'sweeper' }), sweepIntervalMs === undefined ? {} : { intervalMs: sweepIntervalMs });
   }
@@ -85,7 +87,7 @@ export class Ledger {
         },
         { snapshotEvery: options.snapshotEvery ?? 1_000, eventId: keyEventId },
       );
-      return new Ledger(store, queue, handler, pool, options.pool === undefined, clock, logger, options.sweepIntervalMs);
+      return new Ledger(store, queue, handler, pool, options.pool === undefined, clock, logger, options.sweepIntervalMs, options.inlineProjections !== false);
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;
@@ -137,6 +139,11 @@ export class Ledger {
       [jobIds],
     );
     return rows[0]?.n ?? 0;
+  }
+
+  /** Name, args and key of jobs a worker started by direct handoff (src/projections/dispatcher.ts). */
+  async handedOffJobs(jobIds: readonly string[]): Promise<HandedOffJob[]> {
+    return (await this.pool.query<HandedOffJob>(HANDED_OFF_SQL, [jobIds])).rows;
   }
 
   /** A worker running jobs from one dispatch queue; call start() on it, and stop() to shut it down gracefully. */

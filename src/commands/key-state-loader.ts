@@ -6,7 +6,7 @@ import type { EventStore, RecordedEvent, SnapshotStore, StreamRevision } from '.
 import type { Logger } from '../domain/ports/logger.js';
 
 /** Bump when KeyState's shape or meaning changes: snapshots of another version are ignored and the stream is folded instead. */
-export const KEY_STATE_SCHEMA_VERSION = 1;
+export const KEY_STATE_SCHEMA_VERSION = 2;
 
 export interface Loaded {
   readonly state: KeyState;

@@ -40,9 +40,14 @@ export const EnqueueMany = t.intersection([command('EnqueueMany', { jobs: t.arra
 export const AdmitDue = command('AdmitDue', {});
 export const Start = command('Start', { jobId: Id, leaseId: Id, workerId: Id });
 export const Renew = command('Renew', { jobId: Id, leaseId: Id });
-export const Complete = command('Complete', { jobId: Id, leaseId: Id });
+/**
+ * Direct handoff: the worker whose job just ended takes over the job its release promotes (the
+ * first one on its queue), started in the same append, so the next job needs no queue hop.
+ */
+const HandOffTo = t.type({ workerId: Id, queue: QueueName });
+export const Complete = withOptional(command('Complete', { jobId: Id, leaseId: Id }), { handOffTo: HandOffTo });
 /** `jitter` spreads the retry; the caller draws it so the decider stays pure. */
-export const Fail = command('Fail', { jobId: Id, leaseId: Id, error: t.string, jitter: Jitter });
+export const Fail = withOptional(command('Fail', { jobId: Id, leaseId: Id, error: t.string, jitter: Jitter }), { handOffTo: HandOffTo });
 /** Graceful shutdown: the slot goes back and the attempt is not counted. */
 export const Yield = command('Yield', { jobId: Id, leaseId: Id });
 /** Reclaims every holder of the key whose lease has run out by `now`. */

@@ -35,6 +35,8 @@ const JobState = t.type({
   attempts: t.number,
   maxAttempts: t.number,
   leaseMs: t.number,
+  /** Dispatch queue of its admissions: a direct handoff (Complete/Fail handOffTo) starts it only on a worker of this queue. */
+  queue: t.string,
   /** When a scheduled job is due; null otherwise. */
   runAt: t.union([t.number, t.null]),
   /** When a parked job was parked; null otherwise. */
@@ -140,6 +142,7 @@ export const apply = (d: Draft, event: KeyEvent): void => {
         attempts: 0,
         maxAttempts: e.maxAttempts,
         leaseMs: e.leaseMs,
+        queue: e.queue,
         runAt: null,
         parkedAt: null,
         lease: null,

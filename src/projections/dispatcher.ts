@@ -1,3 +1,4 @@
+import type { KeyEvent } from '../domain/events.js';
 import { isLedgerStream, statement, type ProjectedEvent, type Projection, type Statement } from './projection.js';
 
 /** The dispatcher's projection name (projection_streams). */
@@ -20,7 +21,11 @@ export interface DispatchMessage {
  * The dispatcher: a projection whose effect is queue messages. Each SlotAcquired and JobPromoted
  * becomes exactly one DispatchMessage on the job's queue, sent in the transaction that records the
  * dispatcher's stream revision (inline: the append itself), so a message exists if and only if its
- * admission does, once.
+ * admission does, once — except an admission started in the same append (a direct handoff,
+ * Complete/Fail with handOffTo): its worker already runs it, and a message would only be fenced as
+ * AlreadyStarted. If that worker dies, the lease expires and the retry is a new admission with its
+ * own message. (Applied asynchronously, a batch may end between the two events; the message then
+ * sent is fenced and archived by the worker that reads it.)
  *
  * What a message needs (name, args, queue, attempts) came with earlier events of the job, so the
  * dispatcher keeps its own table, dispatch_jobs, of the unfinished jobs, written only here: it
@@ -35,7 +40,24 @@ export const createDispatcher = (): Projection => ({
   name: DISPATCHER,
   handles: isLedgerStream,
   project: projectDispatch,
+  forBatch: (events) => {
+    const started = new Set(events.flatMap((pe) => (pe.event.type === 'JobStarted' ? [startKey(pe, pe.event.data.leaseId)] : [])));
+    return (pe) => (isAdmission(pe.event) && started.has(startKey(pe, pe.event.data.leaseId)) ? [] : projectDispatch(pe));
+  },
 });
+
+/** A lease within one append (one transaction): a handoff starts its admission in the append that made it. */
+const startKey = (pe: ProjectedEvent, leaseId: string): string => `${pe.position.commit}/${leaseId}`;
+
+const isAdmission = (event: KeyEvent): event is Extract<KeyEvent, { type: 'SlotAcquired' | 'JobPromoted' }> =>
+  event.type === 'SlotAcquired' || event.type === 'JobPromoted';
+
+/**
+ * What a worker needs to run jobs it started by direct handoff (their admissions got no message):
+ * read from dispatch_jobs, which holds every unfinished job. Only right after the append that
+ * started them with inline projections: asynchronously applied, the row could lag.
+ */
+export const HANDED_OFF_SQL = `SELECT job_id AS "jobId", key, name, args FROM dispatch_jobs WHERE job_id = ANY($1::text[])`;
 
 export const projectDispatch = ({ event, stream, key }: ProjectedEvent): readonly Statement[] => {
   switch (event.type) {

@@ -39,6 +39,12 @@ export interface Projection {
   /** Statements to run, in order, for one event. Must be pure: same event, same statements. */
   project(event: ProjectedEvent): readonly Statement[];
   /**
+   * Optional: the mapping to use for one batch, given the batch's events of its streams first
+   * (skipped ones included). For a projection that leaves out what a later event of the same batch
+   * makes moot; must stay pure, and applying the events one batch at a time must stay correct.
+   */
+  forBatch?(events: readonly ProjectedEvent[]): (event: ProjectedEvent) => readonly Statement[];
+  /**
    * How to rebuild it from the ledger: the tables a rebuild empties before replaying every event.
    * Absent for a projection that must never be replayed (the dispatcher: its effect is messages).
    */

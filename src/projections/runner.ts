@@ -4,7 +4,7 @@ import { decodeRecorded } from '../commands/key-state-loader.js';
 import type { KeyEvent } from '../domain/events.js';
 import { START, type EventStore, type GlobalPosition, type RecordedEvent, type StreamRevision, type Subscription } from '../domain/ports/event-store.js';
 import { silentLogger, type Logger } from '../domain/ports/logger.js';
-import { keyOfStream, type Projection, type Statement } from './projection.js';
+import { keyOfStream, type ProjectedEvent, type Projection, type Statement } from './projection.js';
 
 // Applies projections (./projection.ts) to batches of recorded events, each batch with the
 // projection's bookkeeping IN ONE TRANSACTION:
@@ -78,6 +78,8 @@ const decode = (e: RecordedEvent): KeyEvent => {
   if (event === undefined) decoded.set(e, (event = decodeRecorded(e)));
   return event;
 };
+
+const projected = (e: RecordedEvent): ProjectedEvent => ({ event: decode(e), stream: e.stream, revision: e.revision, position: e.position, key: keyOfStream(e.stream) });
 
 /**
  * Applies `events` (in global order) to one projection through `db`, which MUST be inside a
@@ -164,6 +166,7 @@ export async function applyProjections(
   const sent: SentStatement[] = [];
   const counts = projections.map(() => ({ applied: 0, skipped: 0 }));
   for (const [i, projection] of projections.entries()) {
+    const project = projection.forBatch ? projection.forBatch(mine[i]!.map(projected)) : (pe: ProjectedEvent) => projection.project(pe);
     for (const e of mine[i]!) {
       const key = runKey(projection.name, e.stream);
       const before = last.get(key)!;
@@ -172,8 +175,9 @@ export async function applyProjections(
         continue;
       }
       if (e.revision !== before + 1) throw new ProjectionGapError(projection.name, e.stream, before, e.revision);
-      const event = decode(e);
-      for (const s of projection.project({ event, stream: e.stream, revision: e.revision, position: e.position, key: keyOfStream(e.stream) })) {
+      const pe = projected(e);
+      const event = pe.event;
+      for (const s of project(pe)) {
         const query = { name: statementName(s.text), text: s.text, values: s.values as unknown[] };
         // Pipelined: all on the wire before the caller can queue a ROLLBACK behind them; checked
         // below. Otherwise one at a time, checked at once: a statement must never be issued after

@@ -23,6 +23,7 @@ interface JobIntent {
   readonly delay: number | null;
   readonly maxAttempts: number;
   readonly leaseMs: number | null;
+  readonly queue: string;
 }
 
 interface Policy {
@@ -44,6 +45,8 @@ export type Intent = { readonly dt: number } & (
       readonly leasePick: number;
       readonly worker: number;
       readonly jitter: number;
+      /** Complete/Fail hand the freed slot's next job to a worker of this queue (null: no handoff). */
+      readonly handOffQueue: string | null;
     }
   | { readonly kind: 'admitDue' }
   | { readonly kind: 'expireLeases'; readonly jitter: number }
@@ -78,6 +81,7 @@ const jobIntentArb: fc.Arbitrary<JobIntent> = fc.record({
   delay: sometimes(fc.integer({ min: -5_000, max: 20_000 }), 40),
   maxAttempts: fc.integer({ min: 1, max: 3 }),
   leaseMs: sometimes(fc.integer({ min: 1_000, max: 8_000 }), 40),
+  queue: fc.constantFrom('default', 'default', 'other'),
 });
 
 const policyArb: fc.Arbitrary<Policy> = fc.record({
@@ -123,6 +127,7 @@ const intentArb: fc.Arbitrary<Intent> = fc.oneof(
         leasePick: pickArb,
         worker: fc.nat({ max: 3 }),
         jitter: jitterArb,
+        handOffQueue: fc.constantFrom<string | null>(null, null, 'default', 'other'),
       }),
     ),
   },
@@ -230,7 +235,7 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
           jobId,
           name: 'work',
           args: { n: i, tags: ['a', j.priority] },
-          queue: 'default',
+          queue: j.queue,
           priority: j.priority,
           maxAttempts: j.maxAttempts,
           runAt: j.delay === null ? null : now + j.delay,
@@ -263,15 +268,16 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
         const own = others.filter((l) => l.jobId === jobId);
         leaseId = at(intent.sameJob && own.length > 0 ? own : others, intent.leasePick)?.leaseId ?? `${jobId}:never-issued`;
       }
+      const handOff = intent.handOffQueue === null ? {} : { handOffTo: { workerId: `worker-${intent.worker}`, queue: intent.handOffQueue } };
       switch (intent.op) {
         case 'Start':
           return { type: 'Start', jobId, leaseId, workerId: `worker-${intent.worker}` };
         case 'Renew':
           return { type: 'Renew', jobId, leaseId };
         case 'Complete':
-          return { type: 'Complete', jobId, leaseId };
+          return { type: 'Complete', jobId, leaseId, ...handOff };
         case 'Fail':
-          return { type: 'Fail', jobId, leaseId, error: 'boom', jitter: intent.jitter };
+          return { type: 'Fail', jobId, leaseId, error: 'boom', jitter: intent.jitter, ...handOff };
         case 'Yield':
           return { type: 'Yield', jobId, leaseId };
       }

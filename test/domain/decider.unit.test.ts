@@ -166,6 +166,27 @@ describe('Complete', () => {
       .then(completed('a', 'a:1', T0 + 5 * SEC), released('a', 'a:1', 'completed', T0 + 5 * SEC), promoted('b', 'b:2', T0 + 5 * SEC, 5 * SEC));
   });
 
+  it('with handOffTo, the worker starts the job it promoted in the same decision (direct handoff)', () => {
+    const at = T0 + 5 * SEC;
+    given(...aRunningBParked)
+      .when({ type: 'Complete', jobId: 'a', leaseId: 'a:1', handOffTo: { workerId: 'w2', queue: 'default' } }, at)
+      .then(completed('a', 'a:1', at), released('a', 'a:1', 'completed', at), promoted('b', 'b:2', at, 5 * SEC), started('b', 'b:2', at, 1, 'w2'));
+  });
+
+  it('a handoff never starts a job of another queue: it waits for its own queue\'s worker', () => {
+    const at = T0 + 5 * SEC;
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'), enqueued(job('mail', { queue: 'mail' })), parked('mail'), started('a', 'a:1', T0 + SEC))
+      .when({ type: 'Complete', jobId: 'a', leaseId: 'a:1', handOffTo: { workerId: 'w2', queue: 'default' } }, at)
+      .then(completed('a', 'a:1', at), released('a', 'a:1', 'completed', at), promoted('mail', 'mail:2', at, 5 * SEC));
+  });
+
+  it('with nothing parked, a handoff starts nothing', () => {
+    const at = T0 + 5 * SEC;
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'), started('a', 'a:1', T0 + SEC))
+      .when({ type: 'Complete', jobId: 'a', leaseId: 'a:1', handOffTo: { workerId: 'w2', queue: 'default' } }, at)
+      .then(completed('a', 'a:1', at), released('a', 'a:1', 'completed', at));
+  });
+
   it('a lease never started cannot complete', () => {
     given(limitSet(1), enqueued(a), acquired('a', 'a:1'))
       .when({ type: 'Complete', jobId: 'a', leaseId: 'a:1' })
@@ -183,6 +204,19 @@ describe('Fail', () => {
         released('a', 'a:1', 'failed', T0 + 5 * SEC),
         scheduled('a', T0 + 5 * SEC + 750, T0 + 5 * SEC),
         promoted('b', 'b:2', T0 + 5 * SEC, 5 * SEC),
+      );
+  });
+
+  it('with handOffTo, the slot the failure frees goes to the next job, started by that worker', () => {
+    const at = T0 + 5 * SEC;
+    given(...aRunningBParked)
+      .when({ type: 'Fail', jobId: 'a', leaseId: 'a:1', error: 'boom', jitter: 0.5, handOffTo: { workerId: 'w1', queue: 'default' } }, at)
+      .then(
+        failed('a', 'a:1', at, 1, 'boom', at + 750),
+        released('a', 'a:1', 'failed', at),
+        scheduled('a', at + 750, at),
+        promoted('b', 'b:2', at, 5 * SEC),
+        started('b', 'b:2', at, 1, 'w1'),
       );
   });
 

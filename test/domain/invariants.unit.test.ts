@@ -427,6 +427,23 @@ const sweeperReclaimsExactlyTheExpired = (trace: Trace): void => {
   }
 };
 
+/**
+ * Direct handoff (Complete/Fail with handOffTo) starts exactly the first job the decision promoted
+ * onto the worker's queue, for that worker, and nothing else; without handOffTo they start nothing.
+ */
+const handoffStartsOnlyWhatItPromoted = (trace: Trace): void => {
+  for (const step of trace.steps) {
+    const c = step.command;
+    if ((c.type !== 'Complete' && c.type !== 'Fail') || E.isLeft(step.result)) continue;
+    const starts = step.events.filter((e) => e.type === 'JobStarted');
+    const promoted = step.events.flatMap((e) => (e.type === 'JobPromoted' ? [e.data] : []));
+    const expected = c.handOffTo === undefined ? undefined : promoted.find((p) => step.before.jobs[p.jobId]?.queue === c.handOffTo!.queue);
+    const actual = starts.map((e) => (e.type === 'JobStarted' ? `${e.data.jobId}/${e.data.leaseId}/${e.data.workerId}` : ''));
+    const wanted = expected === undefined ? [] : [`${expected.jobId}/${expected.leaseId}/${c.handOffTo!.workerId}`];
+    if (actual.join() !== wanted.join()) violation(trace, step, `${c.type} started [${actual.join(', ')}], expected [${wanted.join(', ')}]`);
+  }
+};
+
 describe('key stream invariants (DESIGN.md), over random command sequences with a random clock', () => {
   it('1. holders ≤ limit after every admission (a lowered limit admits no one until holders drop below it)', () => {
     check(holdersWithinLimitAfterEveryAdmission);
@@ -481,6 +498,10 @@ describe('key stream decisions, over the same random sequences', () => {
     check(decisionsAreTotalAndRefuseOnlyWhatTheyMust);
   }, TIMEOUT_MS);
 
+  it('a direct handoff starts only the first job its release promoted onto the worker\'s queue', () => {
+    check(handoffStartsOnlyWhatItPromoted);
+  }, TIMEOUT_MS);
+
   it('ExpireLeases reclaims every expired holder in one command and no live one', () => {
     check(sweeperReclaimsExactlyTheExpired);
   }, TIMEOUT_MS);
@@ -494,6 +515,8 @@ describe('key stream decisions, over the same random sequences', () => {
         const types = new Set(step.events.map((e) => e.type));
         const tag = E.isLeft(step.result) ? step.result.left.tag : null;
         count('promotion after completion', step.command.type === 'Complete' && types.has('JobPromoted'));
+        count('direct handoff', (step.command.type === 'Complete' || step.command.type === 'Fail') && types.has('JobStarted'));
+        count('handoff passed over for another queue', (step.command.type === 'Complete' || step.command.type === 'Fail') && step.command.handOffTo !== undefined && types.has('JobPromoted') && !types.has('JobStarted'));
         count('promotion after expiry', step.command.type === 'ExpireLeases' && types.has('JobPromoted'));
         count('promotion on a raised limit', step.command.type === 'SetLimit' && types.has('JobPromoted'));
         count('AdmitDue admits', step.command.type === 'AdmitDue' && types.has('SlotAcquired'));
@@ -513,7 +536,7 @@ describe('key stream decisions, over the same random sequences', () => {
       }
     }
     const missing = [
-      'promotion after completion', 'promotion after expiry', 'promotion on a raised limit', 'AdmitDue admits', 'AdmitDue parks',
+      'promotion after completion', 'direct handoff', 'handoff passed over for another queue', 'promotion after expiry', 'promotion on a raised limit', 'AdmitDue admits', 'AdmitDue parks',
       'stale lease refused', 'already started refused', 'not started refused', 'retry scheduled', 'dead', 'started job yielded',
       'revoked', 'parked discarded', 'holder cancelled', 'holders above a lowered limit', 'batch parks', 'active job re-enqueued',
     ].filter((what) => (counts.get(what) ?? 0) < 5);

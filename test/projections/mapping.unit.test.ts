@@ -140,6 +140,16 @@ describe('dispatcher', () => {
   it('is never rebuildable', () => {
     expect(createDispatcher().rebuild).toBeUndefined();
   });
+
+  it('sends no message for an admission started in the same append (direct handoff), and one otherwise', () => {
+    const promotion = on(samples.JobPromoted);
+    const startedSameAppend = on(mk('JobStarted', { ...samples.JobStarted.data, leaseId: 'j1:2' }), 'key:k', 8);
+    const startedLater = { ...startedSameAppend, position: { commit: 11n, prepare: 21n } };
+    const dispatcher = createDispatcher();
+    expect(dispatcher.forBatch!([promotion, startedSameAppend])(promotion)).toEqual([]);
+    expect(dispatcher.forBatch!([promotion, startedLater])(promotion)).toEqual(projectDispatch(promotion));
+    expect(dispatcher.forBatch!([promotion])(promotion)).toEqual(projectDispatch(promotion));
+  });
 });
 
 describe('streams', () => {

@@ -86,6 +86,49 @@ describe('worker', () => {
     expect((await ledger.enqueue(sync, { tenant: 2 }, { key: 'elsewhere' })).stream).toBe('key:elsewhere');
   });
 
+  it('direct handoff: a worker runs its key\'s next job without a queue message, at most handoffChain times in a row', async () => {
+    const ran: string[] = [];
+    const worker = ledger.worker({ handlers: { step: async (_args: unknown, ctx: JobContext) => void ran.push(ctx.jobId) }, concurrency: 1, handoffChain: 3 });
+    const jobIds = Array.from({ length: 10 }, (_, i) => `handoff-${i}`);
+    await ledger.enqueueMany(jobIds.map((jobId) => ({ name: 'step', key: 'handoff', limit: 1, jobId })));
+    worker.start();
+    await until(() => ledger.finishedJobs(jobIds), (n) => n === jobIds.length, 'every job to finish');
+    await worker.stop();
+    expect(ran).toEqual(jobIds);
+    const events = await eventsOf('handoff');
+    // job 0 came from the queue; each run hands off 3 times in a row, then one goes through the queue
+    const handedOff = events
+      .filter((e, i) => e.type === 'JobStarted' && events[i - 1]?.type === 'JobPromoted' && events[i - 1]!.position.commit === e.position.commit)
+      .map((e) => e.data.jobId);
+    expect(handedOff).toEqual(['handoff-1', 'handoff-2', 'handoff-3', 'handoff-5', 'handoff-6', 'handoff-7', 'handoff-9']);
+    expect((await ledger.queue.metrics('default')).totalSent).toBe(3);
+    // every start was this worker's, one attempt each, and the key is idle at the end
+    expect(new Set(events.filter((e) => e.type === 'JobStarted').map((e) => [e.data.workerId, e.data.attempt].join()))).toEqual(new Set([`${worker.workerId},1`]));
+    const { state } = await ledger.keyState('handoff');
+    expect(state.jobs).toEqual({});
+  });
+
+  it('direct handoff never starts a job of another queue: that one waits for its own worker', async () => {
+    const ran: string[] = [];
+    const record = async (_args: unknown, ctx: JobContext) => void ran.push(ctx.jobId);
+    const first = ledger.worker({ handlers: { step: record }, concurrency: 1 });
+    first.start();
+    await ledger.enqueueMany([
+      { name: 'step', key: 'two-queues', limit: 1, jobId: 'q-default' },
+      { name: 'step', key: 'two-queues', jobId: 'q-mail', queue: 'mail' },
+    ]);
+    await until(() => eventsOf('two-queues'), (es) => es.some((e) => e.type === 'JobPromoted' && e.data.jobId === 'q-mail'), 'the mail job to be promoted');
+    const mail = ledger.worker({ handlers: { step: record }, queue: 'mail', concurrency: 1 });
+    mail.start();
+    await until(() => ledger.finishedJobs(['q-default', 'q-mail']), (n) => n === 2, 'both jobs to finish');
+    await Promise.all([first.stop(), mail.stop()]);
+    const startedBy = (await eventsOf('two-queues')).flatMap((e) => (e.type === 'JobStarted' ? [[e.data.jobId, e.data.workerId]] : []));
+    expect(startedBy).toEqual([
+      ['q-default', first.workerId],
+      ['q-mail', mail.workerId],
+    ]);
+  });
+
   it('graceful stop lets a running handler finish within the grace period and yields the rest without burning an attempt', async () => {
     const worker = ledger.worker({
       handlers: {

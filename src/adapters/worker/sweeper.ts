@@ -30,7 +30,7 @@ export class Sweeper {
   private stopped = false;
 
   constructor(
-    private readonly ledger: CommandExecutor,
+    private readonly ledger: Pick<CommandExecutor, 'executeMany'>,
     private readonly pool: pg.Pool,
     private readonly log: Logger,
     private readonly options: SweeperOptions = {},

@@ -15,6 +15,17 @@ import { handlerTable, type HandlerMap, type JobHandler } from './define-job.js'
 /** The ledger as the worker uses it: decide and append commands over many keys in one transaction. */
 export interface CommandExecutor {
   executeMany(items: readonly KeyCommand[]): Promise<CommandResult[]>;
+  /** Whether admissions are dispatched inline, in the append: direct handoff needs it (see handedOffJobs). */
+  readonly directHandoff: boolean;
+  /** Name, args and key of jobs a worker started by direct handoff (their admissions got no message). */
+  handedOffJobs(jobIds: readonly string[]): Promise<readonly HandedOffJob[]>;
+}
+
+export interface HandedOffJob {
+  readonly jobId: string;
+  readonly key: string | null;
+  readonly name: string;
+  readonly args: unknown;
 }
 
 export interface WorkerOptions {
@@ -32,10 +43,18 @@ export interface WorkerOptions {
   readonly visibilityMs?: number;
   /** Renew leases (default true; tests turn it off to let a lease lapse under a live handler). */
   readonly heartbeat?: boolean;
+  /**
+   * Direct handoff: a handler slot whose job ends takes over the job that release promotes on this
+   * queue, started in the same append (no queue hop), at most this many times in a row before the
+   * next promotion goes through the queue, so one busy key cannot keep a slot from jobs already
+   * admitted and waiting there (default 8; 0 turns it off).
+   */
+  readonly handoffChain?: number;
 }
 
 interface Running {
-  readonly msgId: string;
+  /** Its queue message; null for a job started by direct handoff (it has none). */
+  readonly msgId: string | null;
   readonly stream: string;
   readonly jobId: string;
   readonly key: string | null;
@@ -43,7 +62,23 @@ interface Running {
   readonly leaseMs: number;
   readonly controller: AbortController;
   readonly done: Promise<void>;
+  /** Direct handoffs in a row that led to this run (0: it came from the queue). */
+  readonly chain: number;
   heartbeat: NodeJS.Timeout | undefined;
+}
+
+/** A job the ledger has just started for this worker, ready to run. */
+interface Admitted {
+  readonly msgId: string | null;
+  readonly stream: string;
+  readonly jobId: string;
+  readonly key: string | null;
+  readonly leaseId: string;
+  readonly name: string;
+  readonly args: unknown;
+  readonly attempt: number;
+  readonly leaseMs: number;
+  readonly chain: number;
 }
 
 type Finish = { readonly kind: 'complete' } | { readonly kind: 'fail'; readonly error: string };
@@ -60,6 +95,7 @@ export class Worker {
   readonly workerId: string;
   private readonly queueName: string;
   private readonly concurrency: number;
+  private readonly handoffChain: number;
   private readonly handlers: ReadonlyMap<string, JobHandler>;
   private readonly running = new Map<string, Running>();
   private readonly renewals: Batcher<Running, boolean>;
@@ -77,6 +113,7 @@ export class Worker {
     this.workerId = options.workerId ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
     this.queueName = options.queue ?? 'default';
     this.concurrency = options.concurrency ?? 10;
+    this.handoffChain = ledger.directHandoff ? (options.handoffChain ?? 8) : 0;
     this.handlers = handlerTable(options.handlers);
     this.renewals = new Batcher((runs) => this.renewMany(runs));
     this.finishes = new Batcher((items) => this.finishMany(items));
@@ -108,7 +145,7 @@ export class Worker {
       for (const run of left) this.release(run, 'shutdown: yielded to another worker');
       const results = await this.ledger.executeMany(left.map((run) => this.command(run, { type: 'Yield', jobId: run.jobId, leaseId: run.leaseId })));
       this.log.info({ yielded: left.length, refused: results.filter(E.isLeft).length }, 'yielded running jobs at shutdown');
-      await this.queue.archiveMany(this.queueName, left.map((r) => r.msgId));
+      await this.archive(left);
     }
     await this.finishes.drain();
   }
@@ -164,24 +201,26 @@ export class Worker {
       }
       const started = result.right.events.find((e) => e.type === 'JobStarted');
       if (started?.type !== 'JobStarted') throw new Error(`Start of ${m.message.jobId} decided no JobStarted`);
-      this.run(m, stream, started.data.attempt, started.data.expiresAt - started.data.at);
+      const { jobId, key, leaseId, name, args } = m.message;
+      this.run({ msgId: m.msgId, stream, jobId, key, leaseId, name, args, attempt: started.data.attempt, leaseMs: started.data.expiresAt - started.data.at, chain: 0 });
     });
     if (refused.length > 0) await this.queue.archiveMany(this.queueName, refused);
   }
 
-  private run(m: QueueMessage<DispatchMessage>, stream: string, attempt: number, leaseMs: number): void {
-    const { jobId, key, leaseId, name, args } = m.message;
+  private run(admitted: Admitted): void {
+    const { msgId, stream, jobId, key, leaseId, name, args, attempt, leaseMs, chain } = admitted;
     const controller = new AbortController();
     const log = this.log.child({ jobId, key, leaseId, attempt });
     const handler = this.handlers.get(name);
     const run: Running = {
-      msgId: m.msgId,
+      msgId,
       stream,
       jobId,
       key,
       leaseId,
       leaseMs,
       controller,
+      chain,
       heartbeat: undefined,
       // Deferred a tick so `run` exists when the handler's outcome is reported.
       done: Promise.resolve().then(() => this.execute(run, handler, name, args, attempt, log)),
@@ -191,9 +230,9 @@ export class Worker {
         void this.renewals.add(run).catch((error: unknown) => log.error({ err: error }, 'lease renewal failed'));
       }, Math.max(100, Math.floor(leaseMs / 3)));
     }
-    this.running.set(m.msgId, run);
+    this.running.set(leaseId, run);
     void run.done.finally(() => {
-      this.running.delete(m.msgId);
+      this.running.delete(leaseId);
       this.wakeup.wake();
     });
   }
@@ -238,31 +277,75 @@ export class Worker {
       } else renewed.push(run);
     });
     for (const [leaseMs, group] of groupBy(renewed, (r) => r.leaseMs)) {
-      await this.queue.setVtMany(this.queueName, group.map((r) => r.msgId), leaseMs);
+      const msgIds = messagesOf(group);
+      if (msgIds.length > 0) await this.queue.setVtMany(this.queueName, msgIds, leaseMs);
     }
     const ok = new Set(renewed);
     return runs.map((r) => ok.has(r));
   }
 
-  /** One transaction completes or fails every finished job; then their messages are archived. */
+  /**
+   * One transaction completes or fails every finished job, each handing its slot's next job
+   * straight to this worker when it may (handoffChain); then the finished messages are archived
+   * while the handed-off jobs' names and args are read, and those jobs run.
+   */
   private async finishMany(items: readonly { readonly run: Running; readonly finish: Finish }[]): Promise<void[]> {
     const results = await this.ledger.executeMany(
-      items.map(({ run, finish }) =>
-        this.command(
+      items.map(({ run, finish }) => {
+        const handOff = !this.stopping && run.chain < this.handoffChain ? { handOffTo: { workerId: this.workerId, queue: this.queueName } } : {};
+        return this.command(
           run,
           finish.kind === 'complete'
-            ? { type: 'Complete', jobId: run.jobId, leaseId: run.leaseId }
-            : { type: 'Fail', jobId: run.jobId, leaseId: run.leaseId, error: finish.error, jitter: Math.random() },
-        ),
-      ),
+            ? { type: 'Complete', jobId: run.jobId, leaseId: run.leaseId, ...handOff }
+            : { type: 'Fail', jobId: run.jobId, leaseId: run.leaseId, error: finish.error, jitter: Math.random(), ...handOff },
+        );
+      }),
     );
+    const handedOff: Omit<Admitted, 'name' | 'args' | 'key'>[] = [];
     results.forEach((result, i) => {
-      if (E.isLeft(result)) this.log.warn({ jobId: items[i]!.run.jobId }, `result not recorded: ${describeDomainError(result.left)}`);
+      const { run } = items[i]!;
+      if (E.isLeft(result)) {
+        this.log.warn({ jobId: run.jobId }, `result not recorded: ${describeDomainError(result.left)}`);
+        return;
+      }
+      for (const e of result.right.events) {
+        if (e.type !== 'JobStarted' || e.data.workerId !== this.workerId) continue;
+        const { jobId, leaseId, attempt, expiresAt, at } = e.data;
+        handedOff.push({ msgId: null, stream: run.stream, jobId, leaseId, attempt, leaseMs: expiresAt - at, chain: run.chain + 1 });
+      }
     });
-    await this.queue.archiveMany(this.queueName, items.map(({ run }) => run.msgId));
+    await Promise.all([this.archive(items.map(({ run }) => run)), handedOff.length > 0 ? this.runHandedOff(handedOff) : undefined]);
     return items.map(() => undefined);
   }
+
+  /** Runs the jobs this worker started by direct handoff; at shutdown it gives them back instead. */
+  private async runHandedOff(started: readonly Omit<Admitted, 'name' | 'args' | 'key'>[]): Promise<void> {
+    if (this.stopping) {
+      await this.ledger.executeMany(started.map((s) => this.command(s, { type: 'Yield', jobId: s.jobId, leaseId: s.leaseId })));
+      return;
+    }
+    let jobs: ReadonlyMap<string, HandedOffJob>;
+    try {
+      jobs = new Map((await this.ledger.handedOffJobs(started.map((s) => s.jobId))).map((j) => [j.jobId, j]));
+    } catch (error) {
+      // Their leases lapse and the sweeper retries them: delivery stays at least once.
+      this.log.error({ err: error, jobIds: started.map((s) => s.jobId) }, 'reading handed-off jobs failed; their leases will expire');
+      return;
+    }
+    for (const s of started) {
+      const job = jobs.get(s.jobId);
+      if (job === undefined) this.log.error({ jobId: s.jobId, leaseId: s.leaseId }, 'handed-off job not found in dispatch_jobs; its lease will expire');
+      else this.run({ ...s, key: job.key, name: job.name, args: job.args });
+    }
+  }
+
+  private async archive(runs: readonly Running[]): Promise<void> {
+    const msgIds = messagesOf(runs);
+    if (msgIds.length > 0) await this.queue.archiveMany(this.queueName, msgIds);
+  }
 }
+
+const messagesOf = (runs: readonly Running[]): string[] => runs.flatMap((r) => (r.msgId === null ? [] : [r.msgId]));
 
 const groupBy = <T, K>(items: readonly T[], keyOf: (t: T) => K): Map<K, T[]> => {
   const groups = new Map<K, T[]>();

@@ -69,6 +69,35 @@ export class Decision {
     }
   }
 
+  /** A worker begins running the holder: the attempt is counted and the lease restarts from now. */
+  start(job: JobEntry, workerId: string): void {
+    if (job.lease === null) throw new Error(`start of job ${job.jobId} that holds no slot`);
+    this.emit('JobStarted', {
+      jobId: job.jobId,
+      leaseId: job.lease.leaseId,
+      workerId,
+      attempt: job.attempts + 1,
+      expiresAt: this.now + job.leaseMs,
+    });
+  }
+
+  /**
+   * Direct handoff: the worker whose job ended starts the first job this decision promoted onto
+   * its queue. Nothing changes for the limit: the promoted job holds its slot either way; it is
+   * only started without waiting for its message (the dispatcher sends none for it).
+   */
+  handOff(to: { readonly workerId: string; readonly queue: string } | undefined): void {
+    if (to === undefined) return;
+    for (const event of this.events) {
+      if (event.type !== 'JobPromoted') continue;
+      const job = this.job(event.data.jobId);
+      if (job?.queue === to.queue && job.lease?.leaseId === event.data.leaseId && job.lease.workerId === null) {
+        this.start(job, to.workerId);
+        return;
+      }
+    }
+  }
+
   release(job: JobEntry, reason: ReleaseReason): void {
     if (job.lease === null) throw new Error(`release of job ${job.jobId} that holds no slot`);
     this.emit('SlotReleased', { jobId: job.jobId, leaseId: job.lease.leaseId, reason });

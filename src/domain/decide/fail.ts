@@ -16,5 +16,6 @@ export const fail = (c: CommandOf<'Fail'>, d: Decision): Outcome => {
   d.release(job, 'failed');
   d.retryOrDead(job, c.jitter, 'failed');
   d.fillSlots();
+  d.handOff(c.handOffTo);
   return accept(d);
 };

@@ -12,12 +12,6 @@ export const start = (c: CommandOf<'Start'>, d: Decision): Outcome => {
   if (job.lease?.workerId != null) {
     return refuse({ tag: 'AlreadyStarted', jobId: c.jobId, leaseId: c.leaseId, workerId: job.lease.workerId });
   }
-  d.emit('JobStarted', {
-    jobId: c.jobId,
-    leaseId: c.leaseId,
-    workerId: c.workerId,
-    attempt: job.attempts + 1,
-    expiresAt: d.now + job.leaseMs,
-  });
+  d.start(job, c.workerId);
   return accept(d);
 };
