@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import type { JobStatus } from '../../postgres/queries/list-jobs.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { asUsage } from '../errors.js';
 import { print, table, time } from '../output.js';
@@ -16,9 +17,10 @@ export const registerJobs = (program: Command, ctx: CommandContext): void => {
     .option('--cursor <cursor>', 'the page after the one that printed this cursor')
     .option('--json', 'machine-readable output')
     .action(async (flags: { key?: string; status?: string; limit?: number; cursor?: string; json?: boolean }) => {
+      // The ledger checks the values (status, limit range, cursor) and names the field at fault.
       const filter = {
         ...(flags.key !== undefined ? { key: flags.key } : {}),
-        ...(flags.status !== undefined ? { status: flags.status as never } : {}),
+        ...(flags.status !== undefined ? { status: flags.status as JobStatus } : {}),
         ...(flags.limit !== undefined ? { limit: flags.limit } : {}),
         ...(flags.cursor !== undefined ? { cursor: flags.cursor } : {}),
       };
