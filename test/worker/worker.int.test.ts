@@ -108,6 +108,11 @@ describe('worker', () => {
     expect(state.jobs).toEqual({});
   });
 
+  it('bad worker options are refused naming the option', () => {
+    expect(() => ledger.worker({ handlers: {}, concurrency: 0 })).toThrow(/^concurrency: /);
+    expect(() => ledger.worker({ handlers: {}, handoffChain: -1 })).toThrow(/^handoffChain: /);
+  });
+
   it('direct handoff never starts a job of another queue: that one waits for its own worker', async () => {
     const ran: string[] = [];
     const record = async (_args: unknown, ctx: JobContext) => void ran.push(ctx.jobId);
