@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { eventStore } from './migrations/0001-event-store.js';
 import { queue } from './migrations/0002-queue.js';
 import { readModels } from './migrations/0003-read-models.js';
+import { jobListing } from './migrations/0004-job-listing.js';
 
 export interface Migration {
   /** Applied in increasing order; never renumber or edit one that has shipped, append a new one. */
@@ -11,7 +12,7 @@ export interface Migration {
   readonly sql: string;
 }
 
-export const migrations: readonly Migration[] = [eventStore, queue, readModels];
+export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing];
 
 /**
  * Applies the pending migrations, all in one transaction: a process sees the whole schema or the
