@@ -1,6 +1,8 @@
 // Measures jobs running on worker processes and prints the figures (never asserts on them).
 //
 //   npm run bench:runtime        # DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres
+//   npm run bench:runtime -- handoff                     # the handoff scenario only
+//   HANDOFF_CHAIN=0 npm run bench:runtime                # workers' --handoff-chain (0: no direct handoff)
 //
 // Scenarios (each in a scratch database it drops): throughput of 20,000 no-op jobs over 200 keys
 // x limit 2 and of 2,000 no-op jobs on one limit-1 key, on two worker processes x 8, with commits
@@ -43,7 +45,8 @@ const scenario = <T>(name: string, run: (s: Scenario) => Promise<T>): Promise<T>
 
 const startWorkers = (s: Scenario, processes: number, concurrency: number) => {
   for (let i = 0; i < processes; i++) {
-    const child = spawn(process.execPath, [CLI, 'worker', '--handlers', HANDLERS, '--concurrency', String(concurrency), ...(i === 0 ? ['--sweeper'] : [])], {
+    const chain = process.env.HANDOFF_CHAIN === undefined ? [] : ['--handoff-chain', process.env.HANDOFF_CHAIN];
+    const child = spawn(process.execPath, [CLI, 'worker', '--handlers', HANDLERS, '--concurrency', String(concurrency), ...chain, ...(i === 0 ? ['--sweeper'] : [])], {
       env: { ...process.env, DATABASE_URL: s.url, LOG_LEVEL: 'error' },
       stdio: ['ignore', 'ignore', 'inherit'],
     });
@@ -92,21 +95,30 @@ const handoff = async () =>
     await waitFor(s.pool, inputs.length);
     // JobPromoted shares its transaction with the JobCompleted that freed the slot; clock_timestamp
     // is not stored, so `created` (the transaction's start) stands for the commit: one statement.
-    const { rows } = await s.pool.query<{ ms: number }>(
-      `SELECT b.started_ms - (extract(epoch FROM e.created) * 1000) AS ms
+    // `direct`: started in the promoting transaction itself (direct handoff), not through the queue.
+    const { rows } = await s.pool.query<{ ms: number; direct: boolean }>(
+      `SELECT b.started_ms - (extract(epoch FROM e.created) * 1000) AS ms,
+              EXISTS (SELECT 1 FROM events s WHERE s.type = 'JobStarted' AND s.transaction_id = e.transaction_id AND s.data->>'leaseId' = e.data->>'leaseId') AS direct
        FROM events e JOIN bench_starts b ON b.job_id = e.data->>'jobId'
        WHERE e.type = 'JobPromoted'`,
     );
-    const ms = rows.map((r) => Number(r.ms)).sort((a, b) => a - b);
-    console.log(
-      `handoff (${keys} limit-1 keys x ${perKey} jobs of 5 ms, 2 workers x 8): ${ms.length} handoffs, ` +
-        `p50 ${quantile(ms, 0.5).toFixed(1)} ms, p99 ${quantile(ms, 0.99).toFixed(1)} ms, max ${ms[ms.length - 1]?.toFixed(1)} ms`,
-    );
+    const sorted = (rs: readonly { ms: number }[]) => rs.map((r) => Number(r.ms)).sort((a, b) => a - b);
+    const figures = (ms: readonly number[]) =>
+      `p50 ${quantile(ms, 0.5).toFixed(1)} ms, p99 ${quantile(ms, 0.99).toFixed(1)} ms, max ${ms[ms.length - 1]?.toFixed(1)} ms`;
+    const ms = sorted(rows);
+    const direct = sorted(rows.filter((r) => r.direct));
+    const queued = sorted(rows.filter((r) => !r.direct));
+    console.log(`handoff (${keys} limit-1 keys x ${perKey} jobs of 5 ms, 2 workers x 8): ${ms.length} handoffs, ${figures(ms)}`);
+    console.log(`  direct (started in the promoting transaction): ${direct.length}, ${figures(direct)}`);
+    console.log(`  through the queue: ${queued.length}, ${queued.length > 0 ? figures(queued) : '-'}`);
   });
+
+const only = process.argv[2];
 
 const main = async () => {
   console.log(`jobledger runtime bench — ${serverName}\n`);
-  await handoff();
+  if (only === undefined || only === 'handoff') await handoff();
+  if (only === 'handoff') return;
   await throughput('200 keys x limit 2', Array.from({ length: 20_000 }, (_, i) => ({ name: 'noop', key: `k${i % 200}`, limit: 2 })));
   await throughput('one limit-1 key', Array.from({ length: 2_000 }, () => ({ name: 'noop', key: 'single', limit: 1 })));
 };

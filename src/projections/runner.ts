@@ -117,6 +117,11 @@ const runKey = (projection: string, stream: string) => `${projection}\u0000${str
  * or a gap) is read with FOR UPDATE and handled event by event: at or below its revision,
  * skipped; above revision + 1, ProjectionGapError. Both the claim (UPDATE, INSERT) and the read
  * lock the row, so two appliers of one stream take turns and the second sees what the first did.
+ *
+ * On a pipelining client the usual case (every stream claimed: always so inline) costs one round
+ * trip: the claim and every statement go out together behind a SAVEPOINT, as if the claim had
+ * succeeded. If it did not, the statements are undone (ROLLBACK TO SAVEPOINT) before anything
+ * else is sent, and the batch is applied the careful way.
  */
 export async function applyProjections(
   db: Queryable,
@@ -134,12 +139,59 @@ export async function applyProjections(
     }
   });
   if (runs.size === 0) return projections.map(() => ({ applied: 0, skipped: 0, messages: 0 }));
-  const all = [...runs.values()];
-  const { rows: claimed } = await db.query<{ projection: string; stream: string }>({
+  const batch: Batch = { db, projections, mine, options, pipelined: (db as { pipeline?: boolean }).pipeline === true };
+  if (batch.pipelined) {
+    const applied = await applyAsClaimed(batch, [...runs.values()]);
+    if (applied !== undefined) return applied;
+  }
+  return applyCarefully(batch, runs);
+}
+
+interface Batch {
+  readonly db: Queryable;
+  readonly projections: readonly Projection[];
+  /** Per projection, the batch's events of its streams. */
+  readonly mine: readonly (readonly RecordedEvent[])[];
+  readonly options: ApplyOptions;
+  readonly pipelined: boolean;
+}
+
+const claim = (db: Queryable, runs: readonly Run[]) =>
+  db.query<{ projection: string; stream: string }>({
     name: 'jobledger_projection_claim',
     text: CLAIM_SQL,
-    values: [all.map((r) => r.projection.name), all.map((r) => r.stream), all.map((r) => r.first), all.map((r) => r.last)],
+    values: [runs.map((r) => r.projection.name), runs.map((r) => r.stream), runs.map((r) => r.first), runs.map((r) => r.last)],
   });
+
+/** Pipelined: the claim and every statement in one flight, undone unless every stream was claimed. */
+async function applyAsClaimed(batch: Batch, runs: readonly Run[]): Promise<Applied[] | undefined> {
+  const { db } = batch;
+  const savepoint = db.query('SAVEPOINT jobledger_apply');
+  const claimed = claim(db, runs);
+  // Awaited below; a failure must not go unhandled if mapping throws first.
+  savepoint.catch(() => undefined);
+  claimed.catch(() => undefined);
+  // Every stream where the batch begins, as a successful claim leaves it.
+  const last = new Map(runs.map((r) => [runKey(r.projection.name, r.stream), r.first - 1]));
+  const { sent, counts } = sendStatements(batch, last);
+  const settled = Promise.allSettled([savepoint, claimed, ...sent.map((st) => st.result)]);
+  const { rows } = await claimed.catch(async (error: unknown) => {
+    await settled;
+    throw error;
+  });
+  if (rows.length !== runs.length) {
+    // Nothing may be sent before the statements are undone: wait for all of them first.
+    await settled;
+    await db.query('ROLLBACK TO SAVEPOINT jobledger_apply');
+    return undefined;
+  }
+  return finishBatch(batch, sent, counts);
+}
+
+/** One step at a time: claim, read the unclaimed streams, then the statements of what applies. */
+async function applyCarefully(batch: Batch, runs: Map<string, Run>): Promise<Applied[]> {
+  const { db } = batch;
+  const { rows: claimed } = await claim(db, [...runs.values()]);
   // Where each stream stands before the batch: claimed ones at first - 1; the others as stored.
   const last = new Map<string, number>();
   for (const { projection, stream } of claimed) {
@@ -159,10 +211,30 @@ export async function applyProjections(
     for (const row of rows) last.set(runKey(row.projection, row.stream), Number(row.revision));
   }
   const stored = new Map(unclaimed.map((r) => [runKey(r.projection.name, r.stream), last.get(runKey(r.projection.name, r.stream))!]));
-  // On a pipelining client (the ledger's own pool) every statement of the batch is sent before any
-  // result is awaited: they go out together and cost about one round trip. Any other client gets
-  // them one at a time. Either way they run in order, and results are checked in that order.
-  const pipelined = (db as { pipeline?: boolean }).pipeline === true;
+  const { sent, counts } = sendStatements(batch, last);
+  const results = await finishBatch(batch, sent, counts);
+  // Unclaimed streams that moved on: record where they are now.
+  const moved = unclaimed.filter((r) => last.get(runKey(r.projection.name, r.stream))! > stored.get(runKey(r.projection.name, r.stream))!);
+  if (moved.length > 0) {
+    await db.query(
+      `INSERT INTO projection_streams (projection, stream, revision)
+       SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
+       ON CONFLICT (projection, stream) DO UPDATE SET revision = GREATEST(projection_streams.revision, excluded.revision)`,
+      [moved.map((r) => r.projection.name), moved.map((r) => r.stream), moved.map((r) => last.get(runKey(r.projection.name, r.stream))!)],
+    );
+  }
+  return results;
+}
+
+/**
+ * Maps and issues the statements of every event above its stream's revision in `last` (which it
+ * moves on), all before any result is awaited (finishBatch checks them in order). A pipelining
+ * client sends them together, about one round trip; any other client queues them and sends one
+ * at a time. Either way they are all issued before the caller can issue a ROLLBACK: this MUST
+ * stay so, or a statement queued after it would run outside the transaction.
+ */
+function sendStatements(batch: Batch, last: Map<string, number>): { sent: SentStatement[]; counts: { applied: number; skipped: number }[] } {
+  const { db, projections, mine } = batch;
   const sent: SentStatement[] = [];
   const counts = projections.map(() => ({ applied: 0, skipped: 0 }));
   for (const [i, projection] of projections.entries()) {
@@ -176,41 +248,31 @@ export async function applyProjections(
       }
       if (e.revision !== before + 1) throw new ProjectionGapError(projection.name, e.stream, before, e.revision);
       const pe = projected(e);
-      const event = pe.event;
       for (const s of project(pe)) {
-        const query = { name: statementName(s.text), text: s.text, values: s.values as unknown[] };
-        // Pipelined: all on the wire before the caller can queue a ROLLBACK behind them; checked
-        // below. Otherwise one at a time, checked at once: a statement must never be issued after
-        // the caller gave up on the transaction, or it would run outside it.
-        const result = db.query<{ queue: string; message: unknown }>(query);
-        if (pipelined) result.catch(() => undefined);
-        else await check({ projection: projection.name, e, eventType: event.type, s, result });
-        sent.push({ projection: projection.name, e, eventType: event.type, s, result });
+        const result = db.query<{ queue: string; message: unknown }>({ name: statementName(s.text), text: s.text, values: s.values as unknown[] });
+        // Checked later (finishBatch); a rejection must not go unhandled meanwhile.
+        result.catch(() => undefined);
+        sent.push({ projection: projection.name, e, eventType: pe.event.type, s, result });
       }
       last.set(key, e.revision);
       counts[i]!.applied++;
     }
   }
+  return { sent, counts };
+}
+
+/** Checks every statement in order, then sends the messages they returned. */
+async function finishBatch(batch: Batch, sent: readonly SentStatement[], counts: readonly { applied: number; skipped: number }[]): Promise<Applied[]> {
   const outboxes = new Map<string, { queue: string; message: unknown }[]>();
   for (const statement of sent) {
     const rows = await check(statement);
     if (statement.s.emits === 'messages') outboxes.set(statement.projection, [...(outboxes.get(statement.projection) ?? []), ...rows]);
   }
   const results: Applied[] = [];
-  for (const [i, projection] of projections.entries()) {
+  for (const [i, projection] of batch.projections.entries()) {
     const outbox = outboxes.get(projection.name) ?? [];
-    if (outbox.length > 0) await sendAll(projection.name, outbox, options.send, db);
+    if (outbox.length > 0) await sendAll(projection.name, outbox, batch.options.send, batch.db);
     results.push({ ...counts[i]!, messages: outbox.length });
-  }
-  // Unclaimed streams that moved on: record where they are now.
-  const moved = unclaimed.filter((r) => last.get(runKey(r.projection.name, r.stream))! > stored.get(runKey(r.projection.name, r.stream))!);
-  if (moved.length > 0) {
-    await db.query(
-      `INSERT INTO projection_streams (projection, stream, revision)
-       SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
-       ON CONFLICT (projection, stream) DO UPDATE SET revision = GREATEST(projection_streams.revision, excluded.revision)`,
-      [moved.map((r) => r.projection.name), moved.map((r) => r.stream), moved.map((r) => last.get(runKey(r.projection.name, r.stream))!)],
-    );
   }
   return results;
 }

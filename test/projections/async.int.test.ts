@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
@@ -96,12 +97,26 @@ describe('async mode', () => {
     await expectOneMessagePerAdmission(db.pool);
   });
 
-  it('applying a batch twice changes nothing; an overlapping batch applies only what is new', async () => {
+  // The pipelining client (the ledger's own pool) first applies a batch as if every stream were
+  // claimable and undoes that (ROLLBACK TO SAVEPOINT) when one is not: the same outcome must follow.
+  it.each([
+    ['one statement at a time', false],
+    ['pipelined', true],
+  ])('applying a batch twice changes nothing; an overlapping batch applies only what is new (%s)', async (_, pipeline) => {
+    const pool = pipeline ? new pg.Pool({ connectionString: db.url, max: 2, pipeline: true } as pg.PoolConfig) : db.pool;
+    try {
+      await twiceAndOverlapping(pool);
+    } finally {
+      if (pool !== db.pool) await pool.end();
+    }
+  });
+
+  const twiceAndOverlapping = async (pool: pg.Pool) => {
     const projection = createReadModelProjections();
     const events = await allEvents();
     const live = await readModelRows();
     // The runner of the test before applied them all: applying again skips every one.
-    const again = await applyBatch(db.pool, projection, events);
+    const again = await applyBatch(pool, projection, events);
     expect(again).toMatchObject({ applied: 0 });
     expect(again.skipped).toBeGreaterThan(0);
     expect(await readModelRows()).toEqual(live);
@@ -109,19 +124,19 @@ describe('async mode', () => {
     // From empty tables: half, then all (a redelivery after a crash overlaps what was applied).
     await db.pool.query(`TRUNCATE jl_jobs, jl_slots, jl_parked, jl_keys; DELETE FROM projection_streams WHERE projection = '${READ_MODELS}'`);
     const half = Math.floor(events.length / 2);
-    const first = await applyBatch(db.pool, projection, events.slice(0, half));
-    const rest = await applyBatch(db.pool, projection, events);
+    const first = await applyBatch(pool, projection, events.slice(0, half));
+    const rest = await applyBatch(pool, projection, events);
     expect(first.applied + rest.applied).toBe(again.skipped);
     expect(rest.skipped).toBe(first.applied);
     expect(await readModelRows()).toEqual(live);
-    expect((await applyBatch(db.pool, projection, events)).applied).toBe(0);
+    expect((await applyBatch(pool, projection, events)).applied).toBe(0);
     expect(await readModelRows()).toEqual(live);
 
     // The dispatcher too: no message is sent twice.
     const messages = (await db.pool.query('SELECT count(*)::int AS n FROM queue_messages')).rows[0].n;
-    expect(await applyBatch(db.pool, createDispatcher(), events, { send })).toMatchObject({ applied: 0, messages: 0 });
+    expect(await applyBatch(pool, createDispatcher(), events, { send })).toMatchObject({ applied: 0, messages: 0 });
     expect((await db.pool.query('SELECT count(*)::int AS n FROM queue_messages')).rows[0].n).toBe(messages);
-  });
+  };
 
   it('the checkpoint is written in the batch transaction: a batch that fails moves neither rows nor checkpoint', async () => {
     const name = 'failing_read_models';
