@@ -45,7 +45,11 @@ export const progress = ({ label, unit, total, plain, plainEveryMs = 2_000 }: Pr
     };
   }
   let last = { done: 0, total, at: started };
-  const line = () => `${label}: ${last.done}/${last.total} ${unit} (${rate(last.done)} ${unit}/s)`;
+  let printed = '';
+  const line = () => {
+    printed = `${label}: ${last.done}/${last.total} ${unit}`;
+    return `${printed} (${rate(last.done)} ${unit}/s)`;
+  };
   return {
     update: (done, newTotal) => {
       const at = Date.now();
@@ -53,6 +57,8 @@ export const progress = ({ label, unit, total, plain, plainEveryMs = 2_000 }: Pr
       last = { done, total: newTotal ?? last.total, at: due ? at : last.at };
       if (due) plain?.(line());
     },
-    stop: () => plain?.(line()),
+    stop: () => {
+      if (printed !== `${label}: ${last.done}/${last.total} ${unit}`) plain?.(line());
+    },
   };
 };
