@@ -1,17 +1,15 @@
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdir, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DEMO_KEYS } from '../../src/adapters/cli/commands/demo.js';
+import { runCliWith } from '../support/cli.js';
 import { postmasters } from '../support/postmasters.js';
 
 // `jobledger demo` as the README's first command runs it: the built CLI with DATABASE_URL unset,
 // on the embedded PostgreSQL in JOBLEDGER_HOME, twice on the same data folder.
 
-const CLI = new URL('../../dist/src/adapters/cli/main.js', import.meta.url).pathname;
 // Under the OS temp dir, world-searchable: as root, postgres runs as user `postgres` and must reach it.
 const base = join(tmpdir(), `jobledger-demo-e2e-${process.pid}-${randomBytes(4).toString('hex')}`);
 const home = join(base, 'home');
@@ -21,16 +19,7 @@ afterAll(async () => {
   await rm(base, { recursive: true, force: true });
 }, 60_000);
 
-const demo = async (...args: string[]) => {
-  const { DATABASE_URL: _unset, ...env } = process.env;
-  try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [CLI, 'demo', ...args], { env: { ...env, JOBLEDGER_HOME: home, LOG_LEVEL: 'warn' }, maxBuffer: 8 << 20 });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const e = error as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
-};
+const demo = (...args: string[]) => runCliWith({ DATABASE_URL: undefined, JOBLEDGER_HOME: home, LOG_LEVEL: 'warn' }, ['demo', ...args]);
 
 interface Handoff {
   jobId: string;

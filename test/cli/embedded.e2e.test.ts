@@ -1,13 +1,14 @@
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { runCliWith } from '../support/cli.js';
 import { postmasters } from '../support/postmasters.js';
+import { until } from '../support/until.js';
 
 // The built CLI with no DATABASE_URL: every process uses the embedded PostgreSQL in
 // JOBLEDGER_HOME, shared through leases (src/adapters/postgres/embedded-server.ts).
@@ -18,10 +19,7 @@ const HANDLERS = new URL('../fixtures/noop-handlers.mjs', import.meta.url).pathn
 const base = join(tmpdir(), `jobledger-embedded-e2e-${process.pid}-${randomBytes(4).toString('hex')}`);
 const children: ChildProcess[] = [];
 
-const env = (home: string): NodeJS.ProcessEnv => {
-  const { DATABASE_URL: _ignored, ...rest } = process.env;
-  return { ...rest, JOBLEDGER_HOME: home, LOG_LEVEL: 'debug' };
-};
+const env = (home: string): NodeJS.ProcessEnv => ({ ...process.env, DATABASE_URL: undefined, JOBLEDGER_HOME: home, LOG_LEVEL: 'debug' });
 
 const newHome = async (name: string) => {
   await mkdir(base, { recursive: true });
@@ -30,15 +28,7 @@ const newHome = async (name: string) => {
   return { home, dataDir: join(home, 'pg'), users: join(home, 'pg.users') };
 };
 
-const jobledger = async (home: string, ...args: string[]) => {
-  try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [CLI, ...args], { env: env(home) });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const e = error as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
-};
+const jobledger = (home: string, ...args: string[]) => runCliWith(env(home), args);
 
 /** `jobledger worker` in the background, in a process group of its own (as in a terminal); resolves once it reads its queue. */
 const startWorker = async (home: string): Promise<{ child: ChildProcess; stderr: () => string }> => {
@@ -65,16 +55,6 @@ const urlOf = async (dataDir: string, port: number) => {
 };
 
 const portOf = async (dataDir: string) => Number((await readFile(join(dataDir, 'postmaster.pid'), 'utf8')).split('\n')[3]);
-
-const until = async <T>(probe: () => Promise<T>, done: (t: T) => boolean, what: string, timeoutMs = 30_000): Promise<T> => {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(value)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-};
 
 afterEach(async () => {
   for (const child of children.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { manualClock, randomRun } from '../projections/support.js';
+import { runCli } from '../support/cli.js';
 
 // `jobledger replay` as a subprocess (the built CLI) on a database after a workload.
 
@@ -26,15 +27,7 @@ afterAll(async () => {
   await db.drop();
 });
 
-const jobledger = async (...args: string[]) => {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [CLI, ...args], { env: { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: 'warn' } });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const e = error as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
-};
+const jobledger = (...args: string[]) => runCli(db.url, args);
 
 /** Everything replay may touch: the read models, the dispatcher's side, the bookkeeping and the ledger. */
 const snapshot = async () => {
