@@ -37,7 +37,28 @@ export class ProjectionBusyError extends Error {
 /**
  * Rebuilds a projection from position zero in ONE transaction: empties its tables and its stream
  * revisions, applies every event of the ledger in global order, and leaves an async checkpoint.
- * Readers see the old rows until it commits. Refuses a projection without `rebuild`.
+ * Refuses a projection without `rebuild`. See replayInto for how it keeps off the live appliers.
+ */
+export async function rebuild(pool: pg.Pool, projection: Projection, options: RebuildOptions = {}): Promise<Rebuilt> {
+  const spec = rebuildSpec(projection);
+  return inTransaction(pool, (client) => replayInto(client, projection, spec, options));
+}
+
+/** The projection's rebuild spec; NotRebuildableError when it has none (the dispatcher). */
+export const rebuildSpec = (projection: Projection): NonNullable<Projection['rebuild']> => {
+  if (projection.rebuild === undefined) throw new NotRebuildableError(projection.name);
+  return projection.rebuild;
+};
+
+/**
+ * The body of a rebuild, on `client`, which MUST be inside a transaction the caller ends: COMMIT
+ * makes the new rows visible at once, ROLLBACK leaves everything as it was (verify.ts replays
+ * into scratch copies this way). Tables are named unqualified, so they resolve through the
+ * session's search_path.
+ *
+ * The tables are emptied with DELETE, not TRUNCATE: TRUNCATE takes an ACCESS EXCLUSIVE lock that
+ * would block every reader (dashboards, `jobledger keys`, the sweeper) until the rebuild commits;
+ * with DELETE they go on seeing the old rows until then, as if fresh tables were swapped in.
  *
  * It must not race the live appliers, so before reading it:
  * - takes the projection's advisory lock for the transaction (refused while an async runner
@@ -55,41 +76,42 @@ export class ProjectionBusyError extends Error {
  * it is applied, and an async runner resuming there skips (by revision) what the rebuild
  * applied above it.
  */
-export async function rebuild(pool: pg.Pool, projection: Projection, options: RebuildOptions = {}): Promise<Rebuilt> {
-  const spec = projection.rebuild;
-  if (spec === undefined) throw new NotRebuildableError(projection.name);
+export async function replayInto(
+  client: pg.ClientBase,
+  projection: Projection,
+  spec: NonNullable<Projection['rebuild']>,
+  options: RebuildOptions = {},
+): Promise<Rebuilt> {
   const batchSize = options.batchSize ?? 1_000;
-  return inTransaction(pool, async (client) => {
-    const { rows: locked } = await client.query<{ ok: boolean }>(`SELECT pg_try_advisory_xact_lock(${projectionLockSql(1)}) AS ok`, [projection.name]);
-    if (!locked[0]!.ok) throw new ProjectionBusyError(projection.name);
-    await client.query('LOCK TABLE projection_streams IN EXCLUSIVE MODE');
-    await client.query(`TRUNCATE ${spec.tables.map((t) => client.escapeIdentifier(t)).join(', ')}`);
-    await client.query('DELETE FROM projection_streams WHERE projection = $1', [projection.name]);
-    const { rows: snap } = await client.query<{ snapshot: string; xmin: string }>(
-      'SELECT pg_current_snapshot()::text AS snapshot, pg_snapshot_xmin(pg_current_snapshot())::text AS xmin',
+  const { rows: locked } = await client.query<{ ok: boolean }>(`SELECT pg_try_advisory_xact_lock(${projectionLockSql(1)}) AS ok`, [projection.name]);
+  if (!locked[0]!.ok) throw new ProjectionBusyError(projection.name);
+  await client.query('LOCK TABLE projection_streams IN EXCLUSIVE MODE');
+  for (const table of spec.tables) await client.query(`DELETE FROM ${client.escapeIdentifier(table)}`);
+  await client.query('DELETE FROM projection_streams WHERE projection = $1', [projection.name]);
+  const { rows: snap } = await client.query<{ snapshot: string; xmin: string }>(
+    'SELECT pg_current_snapshot()::text AS snapshot, pg_snapshot_xmin(pg_current_snapshot())::text AS xmin',
+  );
+  const { snapshot, xmin } = snap[0]!;
+  let after = START;
+  let checkpoint = START;
+  let events = 0;
+  for (;;) {
+    const { rows } = await client.query<EventRow>(
+      `SELECT ${EVENT_COLUMNS} FROM events
+       WHERE (transaction_id, global_position) > ($1::xid8, $2::bigint) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)
+       ORDER BY transaction_id, global_position
+       LIMIT $4`,
+      [after.commit.toString(), after.prepare.toString(), snapshot, batchSize],
     );
-    const { snapshot, xmin } = snap[0]!;
-    let after = START;
-    let checkpoint = START;
-    let events = 0;
-    for (;;) {
-      const { rows } = await client.query<EventRow>(
-        `SELECT ${EVENT_COLUMNS} FROM events
-         WHERE (transaction_id, global_position) > ($1::xid8, $2::bigint) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)
-         ORDER BY transaction_id, global_position
-         LIMIT $4`,
-        [after.commit.toString(), after.prepare.toString(), snapshot, batchSize],
-      );
-      if (rows.length === 0) break;
-      const batch = rows.map(toRecordedEvent);
-      await applyEvents(client, projection, batch);
-      events += batch.length;
-      after = batch.at(-1)!.position;
-      for (const e of batch) if (e.position.commit < BigInt(xmin) && comparePositions(e.position, checkpoint) > 0) checkpoint = e.position;
-      options.onProgress?.({ events, position: after });
-      if (rows.length < batchSize) break;
-    }
-    await saveCheckpoint(client, projection.name, checkpoint, { force: true });
-    return { events, checkpoint };
-  });
+    if (rows.length === 0) break;
+    const batch = rows.map(toRecordedEvent);
+    await applyEvents(client, projection, batch);
+    events += batch.length;
+    after = batch.at(-1)!.position;
+    for (const e of batch) if (e.position.commit < BigInt(xmin) && comparePositions(e.position, checkpoint) > 0) checkpoint = e.position;
+    options.onProgress?.({ events, position: after });
+    if (rows.length < batchSize) break;
+  }
+  await saveCheckpoint(client, projection.name, checkpoint, { force: true });
+  return { events, checkpoint };
 }

@@ -9,7 +9,7 @@ import { holders } from '../../src/domain/key-state.js';
 import { keyStream } from '../../src/domain/streams.js';
 import { createDispatcher } from '../../src/projections/dispatcher.js';
 import { READ_MODELS, createReadModelProjections } from '../../src/projections/read-models.js';
-import { NotRebuildableError, rebuild } from '../../src/projections/rebuild.js';
+import { NotRebuildableError, rebuild, rebuildSpec, replayInto } from '../../src/projections/rebuild.js';
 import { inlineProjections } from '../../src/projections/runner.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { expectOneMessagePerAdmission, expectReadModelsMatchFold, manualClock, randomRun } from './support.js';
@@ -60,6 +60,28 @@ describe('rebuild', () => {
     expect((await db.pool.query('SELECT commit::text AS c FROM projection_checkpoints WHERE projection = $1', [READ_MODELS])).rows).toEqual([
       { c: result.checkpoint.commit.toString() },
     ]);
+  });
+
+  it('readers are not blocked while a rebuild is under way: they see the old rows until it commits', async () => {
+    const live = await rows();
+    const projection = createReadModelProjections();
+    const rebuilding = await db.pool.connect();
+    const reader = await db.pool.connect();
+    try {
+      await rebuilding.query('BEGIN');
+      await replayInto(rebuilding, projection, rebuildSpec(projection));
+      // A TRUNCATE would hold an ACCESS EXCLUSIVE lock until COMMIT: this read would wait for it.
+      await reader.query(`SET lock_timeout = '5s'`);
+      expect((await reader.query('SELECT * FROM jl_jobs ORDER BY job_id')).rows).toEqual(live.jl_jobs);
+      expect((await reader.query('SELECT * FROM jl_key_stats ORDER BY stream')).rows).toEqual(live.jl_key_stats);
+      await rebuilding.query('COMMIT');
+    } finally {
+      await rebuilding.query('ROLLBACK').catch(() => undefined);
+      rebuilding.release();
+      await reader.query('RESET lock_timeout');
+      reader.release();
+    }
+    expect(await rows()).toEqual(live);
   });
 
   it('refuses the dispatcher: a replay would send every message again', async () => {

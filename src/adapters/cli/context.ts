@@ -14,17 +14,23 @@ export const createContext = (): CommandContext => {
   return { logger, note: (line) => process.stderr.write(`${line}\n`) };
 };
 
-/** Opens the database (DATABASE_URL or embedded) and the ledger for one command, and closes both after it. */
-export const withLedger = async <T>(ctx: CommandContext, run: (ledger: Ledger) => Promise<T>, options: Partial<LedgerOptions> = {}): Promise<T> => {
+/** Opens the database (DATABASE_URL or embedded) for one command, and closes it after. */
+export const withDatabase = async <T>(ctx: CommandContext, run: (url: string) => Promise<T>): Promise<T> => {
   const db = await openDatabase((line) => ctx.logger.debug({ embedded: line }));
   try {
-    const ledger = await createLedger({ databaseUrl: db.url, logger: ctx.logger, poolSize: 4, ...options });
+    return await run(db.url);
+  } finally {
+    await db.close();
+  }
+};
+
+/** Opens the database (DATABASE_URL or embedded) and the ledger for one command, and closes both after it. */
+export const withLedger = <T>(ctx: CommandContext, run: (ledger: Ledger) => Promise<T>, options: Partial<LedgerOptions> = {}): Promise<T> =>
+  withDatabase(ctx, async (url) => {
+    const ledger = await createLedger({ databaseUrl: url, logger: ctx.logger, poolSize: 4, ...options });
     try {
       return await run(ledger);
     } finally {
       await ledger.close();
     }
-  } finally {
-    await db.close();
-  }
-};
+  });

@@ -12,7 +12,10 @@ export const jobledgerHome = (): string => resolve(process.env.JOBLEDGER_HOME ??
 
 /**
  * DATABASE_URL when set; otherwise the embedded PostgreSQL in the jobledger home, started on
- * demand and reused across runs (a server left behind by a killed process is reused, not doubled).
+ * demand and shared by every jobledger process using that home: close() stops it only when no
+ * other live process uses it (a long-running worker keeps it up for the short commands around
+ * it). A server left behind by a killed process is reused, never doubled, and stopped by the
+ * next last one out.
  */
 export const openDatabase = async (log: (line: string) => void): Promise<Database> => {
   const url = process.env.DATABASE_URL;

@@ -8,6 +8,7 @@ import { registerJobs } from './commands/jobs.js';
 import { registerKeys } from './commands/keys.js';
 import { registerMigrate } from './commands/migrate.js';
 import { registerRelease } from './commands/release.js';
+import { registerReplay } from './commands/replay.js';
 import { registerSetLimit } from './commands/set-limit.js';
 import { registerState } from './commands/state.js';
 import { registerWorker } from './commands/worker.js';
@@ -31,6 +32,7 @@ export const buildProgram = (ctx: CommandContext, version: string): Command => {
     registerDiscard,
     registerSetLimit,
     registerCancel,
+    registerReplay,
     registerDemo,
   ])
     register(program, ctx);

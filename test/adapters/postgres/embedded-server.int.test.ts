@@ -7,10 +7,11 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { basename, join } from 'node:path';
+import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startEmbeddedPostgres, type EmbeddedServer } from '../../../src/adapters/postgres/embedded-server.js';
+import { postmasters } from '../../support/postmasters.js';
 
 // Under the OS temp dir, world-searchable: as root, postgres runs as user `postgres` and must reach it.
 const base = join(tmpdir(), `jobledger-embedded-test-${process.pid}-${randomBytes(4).toString('hex')}`);
@@ -48,17 +49,6 @@ async function answers(url: string): Promise<boolean> {
     () => true,
     () => false,
   );
-}
-
-/** PIDs of postmasters whose command line names `dataDir` (backends rename themselves, so only postmasters). */
-async function postmasters(dataDir: string): Promise<number[]> {
-  const pids: number[] = [];
-  for (const name of await readdir('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    const args = (await readFile(`/proc/${name}/cmdline`, 'utf8').catch(() => '')).split('\0');
-    if (basename(args[0] ?? '') === 'postgres' && args.includes(dataDir)) pids.push(Number(name));
-  }
-  return pids;
 }
 
 const alive = (pid: number): boolean => {
@@ -121,7 +111,7 @@ describe('startEmbeddedPostgres', () => {
     expect(await postmasters(dataDir)).toEqual([leftBehind.pid]);
     expect(notes.at(-1)).toMatch(/^reusing the PostgreSQL server already running/);
 
-    await again.stop(); // not ours: must leave it running
+    await again.stop(); // leftBehind (a live user) still holds a lease: it must stay running
     expect(await answers(leftBehind.url)).toBe(true);
     await leftBehind.stop();
     expect(await postmasters(dataDir)).toEqual([]);
@@ -139,6 +129,37 @@ describe('startEmbeddedPostgres', () => {
       expect(await query(fresh.url, 'SELECT 1 AS ok')).toEqual([{ ok: 1 }]);
       await fresh.stop();
     }
+  }, 45_000);
+
+  it('persistent: the last live user out stops it; leases of dead processes and of recycled pids do not count', async () => {
+    const dataDir = join(base, 'leases', 'pg');
+    const users = `${dataDir}.users`;
+    const startTime = async (pid: number) => {
+      const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+      return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+    };
+    const server = await start(dataDir, true);
+    expect(await readdir(users)).toHaveLength(1);
+
+    // Another live process holds a lease: stop() leaves the server to it.
+    const other = spawn('sleep', ['60'], { stdio: 'ignore' });
+    await writeFile(join(users, `${other.pid}-live`), `${other.pid} ${await startTime(other.pid!)}\n`);
+    await server.stop();
+    expect(await postmasters(dataDir)).toEqual([server.pid]);
+    expect(await readdir(users)).toEqual([`${other.pid}-live`]);
+
+    // It dies (SIGKILL: its lease stays behind). A lease whose pid now names another process
+    // (this one, started at another time) is no user either. The next user reuses the server,
+    // and as the last live one, stops it and clears the dead leases.
+    other.kill('SIGKILL');
+    await new Promise((res) => other.once('exit', res));
+    await writeFile(join(users, `${process.pid}-recycled`), `${process.pid} 1\n`);
+    const next = await start(dataDir, true);
+    expect(next).toMatchObject({ owned: false, pid: server.pid });
+    await next.stop();
+    expect(await postmasters(dataDir)).toEqual([]);
+    expect(await readdir(users)).toEqual([]);
+    expect(existsSync(join(dataDir, 'postmaster.pid'))).toBe(false);
   }, 45_000);
 
   it('temporary: removes the data dir on stop; refuses a non-empty dir', async () => {

@@ -1,144 +1,277 @@
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import type { Command } from 'commander';
-import { decodeRecorded } from '../../../commands/key-state-loader.js';
-import type { KeyEvent } from '../../../domain/events.js';
-import { evolve, holders, initialKeyState } from '../../../domain/key-state.js';
-import type { JobContext } from '../../worker/define-job.js';
+import ms from 'ms';
+import type { Handoff } from '../../../domain/audit.js';
+import { holders } from '../../../domain/key-state.js';
 import { keyStream } from '../../../domain/streams.js';
 import type { Ledger } from '../../ledger.js';
+import type { JobContext } from '../../worker/define-job.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { print, table } from '../output.js';
+import { integer } from '../parse.js';
+import { progress } from '../progress.js';
 
-// `jobledger demo`: a workload with workers and the sweeper in this process. It shows admission,
-// parking, promotion, a retry after a failure, a job scheduled for later and a silent holder whose
-// lease expires, then what the ledger recorded.
+// `jobledger demo`: a realistic workload on the ledger, in this process: some 300 jobs over a dozen
+// keys with limits 1-3, two workers, the sweeper, handlers that fail once and are retried, a job
+// scheduled for later, and a worker that "crashes" right after starting a job, so that job's
+// lease expires and the sweeper hands the slot on. At the end: per key, the jobs, the largest
+// number of handlers that really ran at once (timed in the handlers themselves) against the
+// limit, handoffs, retries and the longest park; then the audit of one key, from the ledger.
+// Exits 1 if a key ever ran more handlers at once than its limit.
 
-const KEYS = [
+export const DEMO_KEYS = [
   { key: 'tenant:acme', limit: 1 },
   { key: 'tenant:globex', limit: 2 },
+  { key: 'tenant:initech', limit: 3 },
+  { key: 'tenant:umbrella', limit: 1 },
   { key: 'api:stripe', limit: 3 },
+  { key: 'api:github', limit: 2 },
+  { key: 'api:slack', limit: 1 },
   { key: 'report:nightly', limit: 1 },
+  { key: 'report:weekly', limit: 2 },
+  { key: 'export:s3', limit: 3 },
+  { key: 'import:csv', limit: 2 },
+  { key: 'email:bulk', limit: 3 },
 ] as const;
 
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+/** The key whose audit is shown: the crashed worker's job and a retry after a failure are on it. */
+const AUDITED = DEMO_KEYS[0];
+const CRASHED_WORKER = 'worker-that-crashed';
+const SILENT_LEASE_MS = 1_000;
+const SCHEDULED_DELAY_MS = 3_000;
+const DEADLINE_MS = 50_000;
 
-interface Summary {
-  key: string;
-  limit: number;
-  jobs: number;
-  largestOverlap: number;
-  handoffs: number;
-  retries: number;
-  longestParkMs: number;
+const sleep = (msToWait: number) => new Promise<void>((resolve) => setTimeout(resolve, msToWait));
+
+/** One handler run, timed by the handler itself (monotonic clock, ms). */
+export interface TimedRun {
+  readonly key: string | null;
+  readonly start: number;
+  readonly end: number;
 }
 
-/** Folds the whole stream (earlier demo runs included) and counts what happened from `from` on. */
-const summarise = (key: string, all: readonly KeyEvent[], from: number): Summary => {
-  let state = initialKeyState;
-  let largestOverlap = 0;
-  const events = all.slice(from);
-  for (const [i, e] of all.entries()) {
-    state = evolve(state, e);
-    if (i < from) continue;
-    // Overlap counts jobs a worker is running: holders whose lease was started.
-    largestOverlap = Math.max(largestOverlap, holders(state).filter((h) => h.lease?.workerId != null).length);
-  }
-  const count = (type: KeyEvent['type']) => events.filter((e) => e.type === type).length;
+/** The largest number of runs that were under way at the same moment (one ending as another starts does not overlap). */
+export const largestOverlap = (runs: readonly TimedRun[]): number => {
+  const edges = runs.flatMap((r) => [
+    { t: r.start, d: 1 },
+    { t: r.end, d: -1 },
+  ]);
+  edges.sort((a, b) => a.t - b.t || a.d - b.d);
+  let now = 0;
+  let most = 0;
+  for (const e of edges) most = Math.max(most, (now += e.d));
+  return most;
+};
+
+/** Handlers that time every run (start to end, success or not) into `runs`. */
+const timedHandlers = (runs: TimedRun[]) => {
+  const timed =
+    (body: (args: { ms: number }, ctx: JobContext) => Promise<void>) =>
+    async (args: { ms: number }, ctx: JobContext): Promise<void> => {
+      const start = performance.now();
+      try {
+        await body(args, ctx);
+      } finally {
+        runs.push({ key: ctx.key, start, end: performance.now() });
+      }
+    };
   return {
-    key,
-    limit: state.limit,
-    jobs: count('JobEnqueued'),
-    largestOverlap,
-    handoffs: count('JobPromoted'),
-    retries: count('JobFailed') + count('LeaseExpired'),
-    longestParkMs: Math.max(0, ...events.map((e) => (e.type === 'JobPromoted' ? e.data.waitedMs : 0))),
+    work: timed((args) => sleep(args.ms)),
+    /** Fails its first attempt; the retry, after a backoff, succeeds. */
+    flaky: timed(async (args, ctx) => {
+      await sleep(args.ms);
+      if (ctx.attempt === 1) throw new Error('upstream timed out (first attempt)');
+    }),
   };
 };
 
-const handlers = {
-  work: async () => sleep(20 + Math.random() * 60),
-  /** Fails its first attempt; the retry, after a backoff, succeeds. */
-  flaky: async (_args: unknown, ctx: JobContext) => {
-    await sleep(20);
-    if (ctx.attempt === 1) throw new Error('flaky: the first attempt fails');
-  },
-  /** Its first attempt goes silent (its worker sends no heartbeat), so the sweeper reclaims the lease and it is retried. */
-  silent: async (_args: unknown, ctx: JobContext) => {
-    if (ctx.attempt > 1) return;
-    await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
-  },
-};
+interface KeySummary {
+  readonly key: string;
+  readonly limit: number;
+  readonly jobs: number;
+  readonly largestOverlap: number;
+  readonly handoffs: number;
+  readonly retries: number;
+  readonly longestParkMs: number;
+}
 
-const runWorkload = async (ledger: Ledger, jobs: number, note: (line: string) => void): Promise<void> => {
-  const run = randomUUID().slice(0, 8);
-  const inputs = Array.from({ length: jobs }, (_, i) => {
-    const { key, limit } = KEYS[i % KEYS.length]!;
-    const name = i % 17 === 3 ? 'flaky' : i === 5 ? 'silent' : 'work';
+interface DemoResult {
+  readonly run: string;
+  readonly seconds: number;
+  readonly keys: readonly KeySummary[];
+  /** The handoffs of the crashed worker's job and of the job scheduled for later. */
+  readonly crashed: readonly Handoff[];
+  readonly scheduled: { readonly delayMs: number; readonly handoffs: readonly Handoff[] };
+  readonly audit: { readonly key: string; readonly handoffs: readonly Handoff[] };
+}
+
+/** The job of the plan scheduled for later. */
+const SCHEDULED = 5;
+
+/** The run's jobs: which handler, key, run time; a few fail once, one is due later. */
+const plan = (run: string, jobs: number) =>
+  Array.from({ length: jobs }, (_, i) => {
+    const { key, limit } = DEMO_KEYS[i % DEMO_KEYS.length]!;
     return {
-      name,
+      name: i % 23 === 0 ? 'flaky' : 'work',
+      args: { ms: 20 + ((i * 37) % 100) },
       key,
       limit,
-      leaseMs: 1_000,
-      priority: i % 5 === 0 ? -1 : 0,
-      jobId: `${run}-${i}`,
-      // the silent job goes to a worker that sends no heartbeat
-      ...(name === 'silent' ? { queue: 'no-heartbeat' } : {}),
-      ...(i === 7 ? { delayMs: 2_000 } : {}),
+      jobId: `${run}-${String(i).padStart(3, '0')}`,
+      priority: i % 7 === 0 ? -1 : 0,
+      ...(i === SCHEDULED ? { delayMs: SCHEDULED_DELAY_MS } : {}),
     };
   });
-  const workers = [
-    ledger.worker({ handlers, concurrency: 4 }),
-    ledger.worker({ handlers, concurrency: 4 }),
-    ledger.worker({ handlers, queue: 'no-heartbeat', concurrency: 2, heartbeat: false }),
-  ];
+
+/**
+ * A worker that crashes right after it starts a job: the job is enqueued, started by a worker id
+ * with no process behind it, and never run. Only the sweeper can free its slot, when its lease
+ * (SILENT_LEASE_MS) expires; the job is then retried by a real worker. Done before the workers
+ * start, so none of them takes the job's message first.
+ */
+const crashAfterStart = async (ledger: Ledger, run: string, note: (line: string) => void): Promise<string | null> => {
+  const jobId = `${run}-crashed`;
+  const { status } = await ledger.enqueue({ name: 'work', args: { ms: 30 }, key: AUDITED.key, limit: AUDITED.limit, leaseMs: SILENT_LEASE_MS, jobId }, { by: 'demo' });
+  const lease = holders((await ledger.keyState(AUDITED.key)).state).find((j) => j.jobId === jobId)?.lease;
+  if (status !== 'acquired' || !lease) {
+    note(`${AUDITED.key} is full (jobs left by an interrupted run?): no crashed worker this time`);
+    return null;
+  }
+  await ledger.execute(keyStream(AUDITED.key), { type: 'Start', jobId, leaseId: lease.leaseId, workerId: CRASHED_WORKER });
+  note(`${CRASHED_WORKER} started ${jobId} on ${AUDITED.key} and went silent: its ${ms(SILENT_LEASE_MS)} lease will expire`);
+  return jobId;
+};
+
+const runDemo = async (ledger: Ledger, jobs: number, note: (line: string) => void): Promise<DemoResult> => {
+  const run = randomUUID().slice(0, 8);
+  const started = Date.now();
+  const runs: TimedRun[] = [];
+  const crashed = await crashAfterStart(ledger, run, note);
+  const handlers = timedHandlers(runs);
+  const workers = [ledger.worker({ handlers, concurrency: 6 }), ledger.worker({ handlers, concurrency: 6 })];
   for (const w of workers) w.start();
   ledger.start();
+  const inputs = plan(run, jobs);
   const enqueued = await ledger.enqueueMany(inputs, { by: 'demo' });
-  note(`enqueued ${jobs} jobs over ${KEYS.length} keys in one transaction: ${['acquired', 'parked', 'scheduled'].map((s) => `${enqueued.filter((e) => e.status === s).length} ${s}`).join(', ')}`);
-  const ids = inputs.map((i) => i.jobId);
-  const started = Date.now();
-  for (;;) {
-    await sleep(500);
-    const finished = await ledger.finishedJobs(ids);
-    note(`  ${finished}/${jobs} jobs finished`);
-    if (finished >= jobs || Date.now() - started > 60_000) break;
+  const count = (s: string) => enqueued.filter((e) => e.status === s).length;
+  note(`run ${run}: enqueued ${jobs} jobs over ${DEMO_KEYS.length} keys in one transaction: ${count('acquired')} acquired, ${count('parked')} parked, ${count('scheduled')} scheduled`);
+  const ids = [...inputs.map((i) => i.jobId), ...(crashed ? [crashed] : [])];
+  const bar = progress({ label: 'demo', unit: 'jobs', total: ids.length, plain: note, plainEveryMs: 1_000 });
+  let finished = 0;
+  try {
+    while (finished < ids.length && Date.now() - started < DEADLINE_MS) {
+      await sleep(200);
+      finished = await ledger.finishedJobs(ids);
+      bar.update(finished);
+    }
+  } finally {
+    bar.stop();
+    await Promise.all(workers.map((w) => w.stop(1_000)));
   }
-  await Promise.all(workers.map((w) => w.stop(100)));
+  if (finished < ids.length) throw new Error(`demo: ${ids.length - finished} of ${ids.length} jobs unfinished after ${ms(DEADLINE_MS)}`);
+
+  const ours = new Set(ids);
+  const keys: KeySummary[] = [];
+  const all: Handoff[] = [];
+  for (const { key, limit } of DEMO_KEYS) {
+    const handoffs = (await ledger.audit({ key })).handoffs.filter((h) => ours.has(h.jobId));
+    all.push(...handoffs);
+    keys.push({
+      key,
+      limit,
+      jobs: new Set(handoffs.map((h) => h.jobId)).size,
+      largestOverlap: largestOverlap(runs.filter((r) => r.key === key)),
+      handoffs: handoffs.length,
+      retries: handoffs.filter((h) => (h.attempt ?? 1) > 1).length,
+      longestParkMs: Math.max(0, ...handoffs.map((h) => h.parkedMs ?? 0)),
+    });
+  }
+  const scheduled = inputs[SCHEDULED];
+  return {
+    run,
+    seconds: (Date.now() - started) / 1000,
+    keys,
+    crashed: all.filter((h) => h.jobId === crashed),
+    scheduled: { delayMs: SCHEDULED_DELAY_MS, handoffs: all.filter((h) => h.jobId === scheduled?.jobId) },
+    audit: { key: AUDITED.key, handoffs: all.filter((h) => h.key === AUDITED.key) },
+  };
+};
+
+const why = (h: Handoff): string =>
+  h.reason === null
+    ? 'still held'
+    : h.reason === 'expired'
+      ? 'lease expired: holder silent'
+      : h.error !== null
+        ? `${h.reason}: ${h.error}`
+        : h.by !== null
+          ? `${h.reason} by ${h.by}`
+          : h.reason;
+
+const seconds = (msSpan: number) => `${(msSpan / 1000).toFixed(1)} s`;
+
+/** What became of the crashed worker's job and of the job scheduled for later. */
+const story = (r: DemoResult): string[] => {
+  const lines: string[] = [];
+  const [silent, retried] = r.crashed;
+  if (silent?.releasedAt != null && retried) {
+    lines.push(
+      `${silent.jobId} (${silent.key}): started by ${silent.workerId}, which went silent; the sweeper expired its lease ${seconds(silent.releasedAt - silent.acquiredAt)} after it took the slot, ` +
+        `and ${retried.workerId} ran attempt ${retried.attempt}.`,
+    );
+  }
+  const [due] = r.scheduled.handoffs;
+  if (due) {
+    const then = due.how === 'acquired' ? 'admitted when due' : `parked when due (the key was full), promoted ${seconds(due.parkedMs ?? 0)} later`;
+    lines.push(`${due.jobId} (${due.key}): scheduled ${seconds(r.scheduled.delayMs)} ahead, holding no slot meanwhile; ${then}.`);
+  }
+  return lines;
+};
+
+const human = (r: DemoResult): string => {
+  const t0 = Math.min(...r.audit.handoffs.map((h) => h.acquiredAt));
+  const over = r.keys.filter((k) => k.largestOverlap > k.limit);
+  return [
+    `run ${r.run}: ${r.keys.reduce((n, k) => n + k.jobs, 0)} jobs over ${r.keys.length} keys in ${r.seconds.toFixed(1)} s`,
+    table(
+      ['key', 'jobs', 'largest overlap / limit', 'handoffs', 'retries', 'longest park'],
+      r.keys.map((k) => [k.key, k.jobs, `${k.largestOverlap} / ${k.limit}`, k.handoffs, k.retries, ms(k.longestParkMs)]),
+    ),
+    over.length === 0
+      ? 'largest overlap: handlers of a key that really ran at once, timed in the handlers; it never exceeded the limit.'
+      : `OVER THE LIMIT: ${over.map((k) => `${k.key} ran ${k.largestOverlap} at once (limit ${k.limit})`).join(', ')}`,
+    ...story(r),
+    '',
+    `audit of ${r.audit.key} (this run's slot handoffs, from the ledger; all of them: jobledger audit --key ${r.audit.key}):`,
+    table(
+      ['+time', 'job', 'how', 'worker', 'attempt', 'held for', 'let go'],
+      r.audit.handoffs.map((h) => [
+        `+${seconds(h.acquiredAt - t0)}`,
+        h.jobId,
+        h.how === 'promoted' ? `promoted after ${ms(h.parkedMs ?? 0)} parked` : 'acquired',
+        h.workerId,
+        h.attempt,
+        h.releasedAt === null ? '' : ms(h.releasedAt - h.acquiredAt),
+        why(h),
+      ]),
+    ),
+  ].join('\n');
 };
 
 export const registerDemo = (program: Command, ctx: CommandContext): void => {
   program
     .command('demo')
-    .description('run a small workload on the key ledger and show what it recorded')
-    .option('--jobs <n>', 'how many jobs', (v) => Number(v), 40)
+    .description(
+      'run a realistic workload in this process (two workers, the sweeper, retries, a job scheduled for later, a worker that crashes holding a slot), ' +
+        'then show per key the largest overlap seen against its limit, and the audit of one key; exits 1 if a limit was ever exceeded',
+    )
+    .option('--jobs <n>', 'how many jobs (besides the crashed worker\'s)', integer('--jobs'), 300)
     .option('--json', 'machine-readable output')
     .action(async (flags: { jobs: number; json?: boolean }) => {
-      await withLedger(ctx, async (ledger) => {
-        const before = new Map(await Promise.all(KEYS.map(async ({ key }) => [key, (await ledger.store.readStream(keyStream(key))).length] as const)));
-        await runWorkload(ledger, flags.jobs, ctx.note);
-        const summaries: Summary[] = [];
-        const audits = new Map<string, KeyEvent[]>();
-        for (const { key } of KEYS) {
-          const events = (await ledger.store.readStream(keyStream(key))).map(decodeRecorded);
-          summaries.push(summarise(key, events, before.get(key) ?? 0));
-          audits.set(key, events.slice(before.get(key) ?? 0));
-        }
-        const audited = audits.get(KEYS[0].key) ?? [];
-        const t0 = audited[0]?.data.at ?? 0;
-        print({ json: flags.json === true }, { summaries, audit: { key: KEYS[0].key, events: audited } }, () =>
-          [
-            table(['key', 'limit', 'jobs', 'largest overlap', 'handoffs', 'retries', 'longest park'], summaries.map((s) => [s.key, s.limit, s.jobs, s.largestOverlap, s.handoffs, s.retries, `${s.longestParkMs} ms`])),
-            `\nthe ledger of ${KEYS[0].key}, from the first slot handoff (40 events; \`jobledger state --key ${KEYS[0].key}\` folds it):`,
-            table(
-              ['+ms', 'event', 'job', 'lease', 'detail'],
-              audited.filter((e) => e.type !== 'JobEnqueued' && e.type !== 'JobParked').slice(0, 40).map((e) => {
-                const d = e.data as Record<string, unknown>;
-                const detail = e.type === 'SlotReleased' ? d.reason : e.type === 'JobPromoted' ? `waited ${d.waitedMs} ms` : e.type === 'JobStarted' ? `${d.workerId}, attempt ${d.attempt}` : e.type === 'JobFailed' ? d.error : e.type === 'KeyLimitSet' ? `limit ${d.limit}` : '';
-                return [e.data.at - t0, e.type, d.jobId ?? '', d.leaseId ?? '', detail];
-              }),
-            ),
-          ].join('\n'),
-        );
-      }, { sweepIntervalMs: 200, poolSize: 10 });
+      const result = await withLedger(ctx, (ledger) => runDemo(ledger, flags.jobs, ctx.note), { sweepIntervalMs: 200, poolSize: 10 });
+      print({ json: flags.json === true }, result, () => human(result));
+      const over = result.keys.filter((k) => k.largestOverlap > k.limit);
+      if (over.length > 0) throw new Error(`demo: ${over.map((k) => `${k.key} ran ${k.largestOverlap} handlers at once, over its limit of ${k.limit}`).join('; ')}`);
     });
 };
