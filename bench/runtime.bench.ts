@@ -2,7 +2,7 @@
 //
 //   npm run bench:runtime        # DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres
 //   npm run bench:runtime -- handoff                     # the handoff scenario only
-//   HANDOFF_CHAIN=0 npm run bench:runtime                # workers' --handoff-chain (0: no direct handoff)
+//   HANDOFF_SLICE=0 npm run bench:runtime                # workers' --handoff-slice (0: no direct handoff)
 //
 // Scenarios (each in a scratch database it drops): throughput of 20,000 no-op jobs over 200 keys
 // x limit 2 and of 2,000 no-op jobs on one limit-1 key, on two worker processes x 8, with commits
@@ -45,7 +45,7 @@ const scenario = <T>(name: string, run: (s: Scenario) => Promise<T>): Promise<T>
 
 const startWorkers = (s: Scenario, processes: number, concurrency: number) => {
   for (let i = 0; i < processes; i++) {
-    const chain = process.env.HANDOFF_CHAIN === undefined ? [] : ['--handoff-chain', process.env.HANDOFF_CHAIN];
+    const chain = process.env.HANDOFF_SLICE === undefined ? [] : ['--handoff-slice', process.env.HANDOFF_SLICE];
     const child = spawn(process.execPath, [CLI, 'worker', '--handlers', HANDLERS, '--concurrency', String(concurrency), ...chain, ...(i === 0 ? ['--sweeper'] : [])], {
       env: { ...process.env, DATABASE_URL: s.url, LOG_LEVEL: 'error' },
       stdio: ['ignore', 'ignore', 'inherit'],

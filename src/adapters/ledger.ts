@@ -207,7 +207,7 @@ export class Ledger {
 
   /** A worker running jobs from one dispatch queue; call start() on it, and stop() to shut it down gracefully. */
   worker(options: WorkerOptions): Worker {
-    const worker = new Worker(this, this.queue, this.log.child({ component: 'worker', queue: options.queue ?? 'default' }), options);
+    const worker = new Worker(this, this.queue, this.log.child({ component: 'worker', queue: options.queue ?? 'default' }), options, this.clock);
     this.workers.add(worker);
     return worker;
   }

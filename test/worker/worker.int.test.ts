@@ -86,17 +86,28 @@ describe('worker', () => {
     expect((await ledger.enqueue(sync, { tenant: 2 }, { key: 'elsewhere' })).stream).toBe('key:elsewhere');
   });
 
-  it('direct handoff: a worker runs its key\'s next job without a queue message, at most handoffChain times in a row', async () => {
+  it('direct handoff: a worker runs its key\'s next job without a queue message, for handoffSliceMs from the first job\'s start', async () => {
+    // The ledger's clock drives the slice: each job "takes" 300 ms of it, so a slice of 1000 ms
+    // covers the first job and three handoffs; the fourth promotion goes through the queue.
+    let now = Date.UTC(2030, 0, 1);
+    const timed = await createLedger({ pool: db.pool, migrate: false, clock: () => now, logger: silentLogger });
     const ran: string[] = [];
-    const worker = ledger.worker({ handlers: { step: async (_args: unknown, ctx: JobContext) => void ran.push(ctx.jobId) }, concurrency: 1, handoffChain: 3 });
+    const step = async (_args: unknown, ctx: JobContext) => {
+      ran.push(ctx.jobId);
+      now += 300;
+    };
+    const worker = timed.worker({ handlers: { step }, concurrency: 1, handoffSliceMs: 1_000 });
     const jobIds = Array.from({ length: 10 }, (_, i) => `handoff-${i}`);
-    await ledger.enqueueMany(jobIds.map((jobId) => ({ name: 'step', key: 'handoff', limit: 1, jobId })));
-    worker.start();
-    await until(() => ledger.finishedJobs(jobIds), (n) => n === jobIds.length, 'every job to finish');
-    await worker.stop();
+    try {
+      await timed.enqueueMany(jobIds.map((jobId) => ({ name: 'step', key: 'handoff', limit: 1, jobId })));
+      worker.start();
+      await until(() => timed.finishedJobs(jobIds), (n) => n === jobIds.length, 'every job to finish');
+      await worker.stop();
+    } finally {
+      await timed.close();
+    }
     expect(ran).toEqual(jobIds);
     const events = await eventsOf('handoff');
-    // job 0 came from the queue; each run hands off 3 times in a row, then one goes through the queue
     const handedOff = events
       .filter((e, i) => e.type === 'JobStarted' && events[i - 1]?.type === 'JobPromoted' && events[i - 1]!.position.commit === e.position.commit)
       .map((e) => e.data.jobId);
@@ -108,9 +119,19 @@ describe('worker', () => {
     expect(state.jobs).toEqual({});
   });
 
+  it('handoffSliceMs 0 turns direct handoff off: every admission goes through the queue', async () => {
+    const worker = ledger.worker({ handlers: { step: async () => undefined }, concurrency: 1, handoffSliceMs: 0 });
+    const jobIds = ['off-0', 'off-1', 'off-2'];
+    await ledger.enqueueMany(jobIds.map((jobId) => ({ name: 'step', key: 'handoff-off', limit: 1, jobId })));
+    worker.start();
+    await until(() => ledger.finishedJobs(jobIds), (n) => n === jobIds.length, 'every job to finish');
+    await worker.stop();
+    expect((await ledger.queue.metrics('default')).totalSent).toBe(3);
+  });
+
   it('bad worker options are refused naming the option', () => {
     expect(() => ledger.worker({ handlers: {}, concurrency: 0 })).toThrow(/^concurrency: /);
-    expect(() => ledger.worker({ handlers: {}, handoffChain: -1 })).toThrow(/^handoffChain: /);
+    expect(() => ledger.worker({ handlers: {}, handoffSliceMs: -1 })).toThrow(/^handoffSliceMs: /);
   });
 
   it('direct handoff never starts a job of another queue: that one waits for its own worker', async () => {

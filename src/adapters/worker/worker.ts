@@ -46,11 +46,12 @@ export interface WorkerOptions {
   readonly heartbeat?: boolean;
   /**
    * Direct handoff: a handler slot whose job ends takes over the job that release promotes on this
-   * queue, started in the same append (no queue hop), at most this many times in a row before the
-   * next promotion goes through the queue, so one busy key cannot keep a slot from jobs already
-   * admitted and waiting there (default 8; 0 turns it off).
+   * queue, started in the same append (no queue hop). It keeps doing so for this long from the
+   * start of the first job of the run, then lets the next promotion go through the queue, so a
+   * busy key holds a slot for at most about this long while jobs admitted before are waiting there
+   * (default 1000 ms; 0 turns direct handoff off). A key never takes more slots than its limit.
    */
-  readonly handoffChain?: number;
+  readonly handoffSliceMs?: number;
 }
 
 interface Running {
@@ -63,8 +64,8 @@ interface Running {
   readonly leaseMs: number;
   readonly controller: AbortController;
   readonly done: Promise<void>;
-  /** Direct handoffs in a row that led to this run (0: it came from the queue). */
-  readonly chain: number;
+  /** When the first job of this slot's run of direct handoffs started (this one's start if it came from the queue). */
+  readonly sliceStartedAt: number;
   heartbeat: NodeJS.Timeout | undefined;
 }
 
@@ -79,7 +80,7 @@ interface Admitted {
   readonly args: unknown;
   readonly attempt: number;
   readonly leaseMs: number;
-  readonly chain: number;
+  readonly sliceStartedAt: number;
 }
 
 type Finish = { readonly kind: 'complete' } | { readonly kind: 'fail'; readonly error: string };
@@ -96,7 +97,7 @@ export class Worker {
   readonly workerId: string;
   private readonly queueName: string;
   private readonly concurrency: number;
-  private readonly handoffChain: number;
+  private readonly handoffSliceMs: number;
   private readonly handlers: ReadonlyMap<string, JobHandler>;
   private readonly running = new Map<string, Running>();
   private readonly renewals: Batcher<Running, boolean>;
@@ -110,14 +111,16 @@ export class Worker {
     private readonly queue: PgQueue,
     private readonly log: Logger,
     private readonly options: WorkerOptions,
+    /** The ledger's clock (epoch ms): decisions and the handoff slice share it. */
+    private readonly clock: () => number = Date.now,
   ) {
     this.workerId = options.workerId ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
     this.queueName = options.queue ?? 'default';
     this.concurrency = options.concurrency ?? 10;
     if (!Number.isInteger(this.concurrency) || this.concurrency < 1) throw new ValidationError('concurrency', 'must be an integer of 1 or more');
-    const chain = options.handoffChain ?? 8;
-    if (!Number.isInteger(chain) || chain < 0) throw new ValidationError('handoffChain', 'must be an integer of 0 or more');
-    this.handoffChain = ledger.directHandoff ? chain : 0;
+    const slice = options.handoffSliceMs ?? 1_000;
+    if (!Number.isFinite(slice) || slice < 0) throw new ValidationError('handoffSliceMs', 'must be a duration of 0 ms or more');
+    this.handoffSliceMs = ledger.directHandoff ? slice : 0;
     this.handlers = handlerTable(options.handlers);
     this.renewals = new Batcher((runs) => this.renewMany(runs));
     this.finishes = new Batcher((items) => this.finishMany(items));
@@ -206,13 +209,14 @@ export class Worker {
       const started = result.right.events.find((e) => e.type === 'JobStarted');
       if (started?.type !== 'JobStarted') throw new Error(`Start of ${m.message.jobId} decided no JobStarted`);
       const { jobId, key, leaseId, name, args } = m.message;
-      this.run({ msgId: m.msgId, stream, jobId, key, leaseId, name, args, attempt: started.data.attempt, leaseMs: started.data.expiresAt - started.data.at, chain: 0 });
+      const { attempt, expiresAt, at } = started.data;
+      this.run({ msgId: m.msgId, stream, jobId, key, leaseId, name, args, attempt, leaseMs: expiresAt - at, sliceStartedAt: at });
     });
     if (refused.length > 0) await this.queue.archiveMany(this.queueName, refused);
   }
 
   private run(admitted: Admitted): void {
-    const { msgId, stream, jobId, key, leaseId, name, args, attempt, leaseMs, chain } = admitted;
+    const { msgId, stream, jobId, key, leaseId, name, args, attempt, leaseMs, sliceStartedAt } = admitted;
     const controller = new AbortController();
     const log = this.log.child({ jobId, key, leaseId, attempt });
     const handler = this.handlers.get(name);
@@ -224,7 +228,7 @@ export class Worker {
       leaseId,
       leaseMs,
       controller,
-      chain,
+      sliceStartedAt,
       heartbeat: undefined,
       // Deferred a tick so `run` exists when the handler's outcome is reported.
       done: Promise.resolve().then(() => this.execute(run, handler, name, args, attempt, log)),
@@ -290,13 +294,14 @@ export class Worker {
 
   /**
    * One transaction completes or fails every finished job, each handing its slot's next job
-   * straight to this worker when it may (handoffChain); then the finished messages are archived
+   * straight to this worker while its slice lasts (handoffSliceMs); then the finished messages are archived
    * while the handed-off jobs' names and args are read, and those jobs run.
    */
   private async finishMany(items: readonly { readonly run: Running; readonly finish: Finish }[]): Promise<void[]> {
     const results = await this.ledger.executeMany(
       items.map(({ run, finish }) => {
-        const handOff = !this.stopping && run.chain < this.handoffChain ? { handOffTo: { workerId: this.workerId, queue: this.queueName } } : {};
+        const inSlice = this.clock() - run.sliceStartedAt < this.handoffSliceMs;
+        const handOff = !this.stopping && inSlice ? { handOffTo: { workerId: this.workerId, queue: this.queueName } } : {};
         return this.command(
           run,
           finish.kind === 'complete'
@@ -315,7 +320,7 @@ export class Worker {
       for (const e of result.right.events) {
         if (e.type !== 'JobStarted' || e.data.workerId !== this.workerId) continue;
         const { jobId, leaseId, attempt, expiresAt, at } = e.data;
-        handedOff.push({ msgId: null, stream: run.stream, jobId, leaseId, attempt, leaseMs: expiresAt - at, chain: run.chain + 1 });
+        handedOff.push({ msgId: null, stream: run.stream, jobId, leaseId, attempt, leaseMs: expiresAt - at, sliceStartedAt: run.sliceStartedAt });
       }
     });
     await Promise.all([this.archive(items.map(({ run }) => run)), handedOff.length > 0 ? this.runHandedOff(handedOff) : undefined]);

@@ -13,7 +13,7 @@ interface WorkerFlags {
   sweeper?: boolean;
   visibility?: number;
   heartbeat: boolean;
-  handoffChain?: number;
+  handoffSlice?: number;
 }
 
 export const registerWorker = (program: Command, ctx: CommandContext): void => {
@@ -26,7 +26,7 @@ export const registerWorker = (program: Command, ctx: CommandContext): void => {
     .option('--grace <duration>', 'at shutdown, how long running handlers may finish before they are yielded', duration('--grace'), 10_000)
     .option('--sweeper', 'also run the sweeper (lease expiry, due jobs); one instance leads at a time')
     .option('--visibility <duration>', 'how long a message read but not yet started stays invisible to other workers', duration('--visibility'))
-    .option('--handoff-chain <n>', "direct handoffs in a row per handler slot before the key's next job goes through the queue (0: off)", integer('--handoff-chain'))
+    .option('--handoff-slice <duration>', "how long a handler slot keeps starting its key's next job directly before that goes through the queue (0: no direct handoff)", duration('--handoff-slice'))
     .option('--no-heartbeat', 'do not renew leases (for testing lease fencing: a lease then lapses under a live handler)')
     .action(async (flags: WorkerFlags) => {
       const handlers = await loadHandlers(flags.handlers);
@@ -38,7 +38,7 @@ export const registerWorker = (program: Command, ctx: CommandContext): void => {
         ...(flags.queue ? { queue: flags.queue } : {}),
         ...(flags.concurrency ? { concurrency: flags.concurrency } : {}),
         ...(flags.visibility !== undefined ? { visibilityMs: flags.visibility } : {}),
-        ...(flags.handoffChain !== undefined ? { handoffChain: flags.handoffChain } : {}),
+        ...(flags.handoffSlice !== undefined ? { handoffSliceMs: flags.handoffSlice } : {}),
       });
       worker.start();
       if (flags.sweeper) ledger.start();
