@@ -7,7 +7,12 @@ export { ConflictRetriesExhaustedError, type CommandResult, type KeyCommand } fr
 export { EventDecodeError } from './commands/key-state-loader.js';
 export { keyStateAt } from './commands/key-state-at.js';
 export type { Command } from './domain/commands.js';
-export { describeDomainError, type DomainError } from './domain/errors.js';
+export { describeDomainError, RefusedError, UnknownJobError, UnknownKeyError, type DomainError } from './domain/errors.js';
+export type { Handoff } from './domain/audit.js';
+export type { Audit, AuditEvent, AuditTarget } from './commands/audit.js';
+export type { KeyRow, LeaseState } from './adapters/postgres/queries/list-keys.js';
+export type { Holder, KeyDetail, ParkedJob, ScheduledJob } from './adapters/postgres/queries/key-detail.js';
+export type { JobFilter, JobPage, JobRow, JobStatus } from './adapters/postgres/queries/list-jobs.js';
 export type { KeyEvent } from './domain/events.js';
 export { holders, jobsIn, parkedInOrder, type KeyState } from './domain/key-state.js';
 export * from './domain/ports/event-store.js';

@@ -1,7 +1,9 @@
 import pg from 'pg';
+import { audit, type Audit, type AuditTarget } from '../commands/audit.js';
 import { enqueueMany, keyEventId, type EnqueueInput, type Enqueued } from '../commands/enqueue.js';
 import { KeyCommandHandler, type CommandResult, type KeyCommand } from '../commands/key-command-handler.js';
 import type { Loaded } from '../commands/key-state-loader.js';
+import * as operator from '../commands/operator-actions.js';
 import type { Command } from '../domain/commands.js';
 import type { EventStore, JsonObject } from '../domain/ports/event-store.js';
 import type { Logger } from '../domain/ports/logger.js';
@@ -14,6 +16,10 @@ import { PostgresEventStore } from './eventstore/postgres/postgres-event-store.j
 import { createLogger } from './logging/logger.js';
 import { migrate } from './postgres/migrations.js';
 import { PostgresSnapshotStore } from './postgres/postgres-snapshot-store.js';
+import { jobStreamOf } from './postgres/queries/job-stream.js';
+import { keyDetail, type KeyDetail } from './postgres/queries/key-detail.js';
+import { listJobs, type JobFilter, type JobPage } from './postgres/queries/list-jobs.js';
+import { listKeys, type KeyRow } from './postgres/queries/list-keys.js';
 import { PgQueue } from './queue/pg-queue.js';
 import { inputFor, isJobDefinition, type JobDefinition, type JobOverrides } from './worker/define-job.js';
 import { Sweeper } from './worker/sweeper.js';
@@ -63,6 +69,7 @@ export class Ledger {
     private readonly pool: pg.Pool,
     private readonly ownsPool: boolean,
     private readonly clock: () => number,
+    private readonly random: () => number,
     private readonly log: Logger,
     sweepIntervalMs: number | undefined,
     /** The projections applied by this ledger's async runners once start() is called; none when they run inline. */
@@ -89,18 +96,19 @@ export class Ledger {
       const async = options.inlineProjections === false;
       const store = new PostgresEventStore(pool, async ? {} : { inlineHandlers: [inlineProjections(projections, { send })] });
       const clock = options.clock ?? Date.now;
+      const random = options.random ?? Math.random;
       const logger = options.logger ?? createLogger();
       const handler = new KeyCommandHandler(
         {
           store,
           snapshots: new PostgresSnapshotStore(pool),
           clock,
-          random: options.random ?? Math.random,
+          random,
           logger,
         },
         { snapshotEvery: options.snapshotEvery ?? 1_000, eventId: keyEventId },
       );
-      return new Ledger(store, queue, handler, pool, options.pool === undefined, clock, logger, options.sweepIntervalMs, async ? projections : [], send);
+      return new Ledger(store, queue, handler, pool, options.pool === undefined, clock, random, logger, options.sweepIntervalMs, async ? projections : [], send);
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;
@@ -152,6 +160,57 @@ export class Ledger {
       [jobIds],
     );
     return rows[0]?.n ?? 0;
+  }
+
+  /** Every concurrency key: limit, slots in use, parked and scheduled jobs, oldest wait, lease state (read models). */
+  keys(): Promise<KeyRow[]> {
+    return listKeys(this.pool, this.clock());
+  }
+
+  /** One key's holders, parked jobs (promotion order) and scheduled jobs; null for an unknown key (read models). */
+  keyDetail(key: string): Promise<KeyDetail | null> {
+    return keyDetail(this.pool, key, this.clock());
+  }
+
+  /** Jobs, newest first, by key and status, a page at a time (read model jl_jobs). */
+  jobs(filter?: JobFilter): Promise<JobPage> {
+    return listJobs(this.pool, filter);
+  }
+
+  /** Every slot handoff of a key or of one job, with the events, read from the ledger itself. */
+  audit(target: AuditTarget): Promise<Audit> {
+    return audit({ store: this.store, jobStream: this.jobStream }, target);
+  }
+
+  /** Revokes the lease of one holder of the key (jobId) or of every holder, recorded with `by`. */
+  release(input: { readonly key: string; readonly jobId?: string; readonly by: string }, metadata?: JsonObject): Promise<{ released: string[] }> {
+    return operator.release(this.operatorDeps, input, metadata);
+  }
+
+  /** Drops some parked jobs of the key (jobIds) or all of them, recorded with `by`. */
+  discard(input: { readonly key: string; readonly jobIds?: readonly string[]; readonly by: string }, metadata?: JsonObject): Promise<{ discarded: string[] }> {
+    return operator.discard(this.operatorDeps, input, metadata);
+  }
+
+  /** Changes the key's limit, recorded with `by`; a raise promotes parked jobs at once. */
+  setLimit(input: { readonly key: string; readonly limit: number; readonly by: string }, metadata?: JsonObject): Promise<{ limit: number; promoted: string[] }> {
+    return operator.setLimit(this.operatorDeps, input, metadata);
+  }
+
+  /** Cancels a job, recorded with `by`; false when it had already finished. */
+  cancel(input: { readonly jobId: string; readonly by: string }, metadata?: JsonObject): Promise<{ cancelled: boolean }> {
+    return operator.cancel(this.operatorDeps, input, metadata);
+  }
+
+  private readonly jobStream = (jobId: string): Promise<string | null> => jobStreamOf(this.pool, jobId);
+
+  private get operatorDeps(): operator.OperatorDeps {
+    return {
+      execute: (stream, command, metadata) => this.handler.execute(stream, command, metadata),
+      load: (stream) => this.handler.load(stream),
+      jobStream: this.jobStream,
+      random: this.random,
+    };
   }
 
   /** A worker running jobs from one dispatch queue; call start() on it, and stop() to shut it down gracefully. */

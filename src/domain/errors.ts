@@ -26,3 +26,27 @@ export const describeDomainError = (e: DomainError): string => {
       return `jobs not parked on this key: ${e.jobIds.join(', ')}`;
   }
 };
+
+/** No such concurrency key: its stream has no event. */
+export class UnknownKeyError extends Error {
+  override readonly name = 'UnknownKeyError';
+  constructor(readonly key: string) {
+    super(`key ${JSON.stringify(key)}: unknown (no job was ever enqueued with it)`);
+  }
+}
+
+/** No such job in the jobs read model. */
+export class UnknownJobError extends Error {
+  override readonly name = 'UnknownJobError';
+  constructor(readonly jobId: string) {
+    super(`job ${JSON.stringify(jobId)}: unknown`);
+  }
+}
+
+/** The decider refused an operator's command; nothing was written. */
+export class RefusedError extends Error {
+  override readonly name = 'RefusedError';
+  constructor(readonly error: DomainError) {
+    super(describeDomainError(error));
+  }
+}

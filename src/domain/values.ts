@@ -124,3 +124,11 @@ export const firstError = (errors: t.Errors): ValidationError => {
 
 export const decodeWith = <A>(codec: t.Decoder<unknown, A>, input: unknown): E.Either<ValidationError, A> =>
   E.mapLeft(firstError)(codec.decode(input));
+
+/** Decodes one named input, throwing a ValidationError that names it (and the path inside it). */
+export const checkField = <A>(field: string, codec: t.Decoder<unknown, A>, value: unknown): A => {
+  const decoded = decodeWith(codec, value);
+  if (E.isRight(decoded)) return decoded.right;
+  const inner = decoded.left.field;
+  throw new ValidationError(inner === '(input)' ? field : /^\[/.test(inner) ? field + inner : `${field}.${inner}`, decoded.left.problem);
+};

@@ -1,0 +1,53 @@
+import type { Queryable } from '../../../projections/runner.js';
+import { epochMs, toMs } from './sql.js';
+
+export type LeaseState = 'live' | 'expired' | 'none';
+
+export interface KeyRow {
+  readonly key: string;
+  readonly limit: number;
+  readonly inUse: number;
+  readonly parked: number;
+  readonly scheduled: number;
+  readonly oldestParkedAt: number | null;
+  readonly nextLeaseExpiry: number | null;
+  /** none: no holder; expired: some holder's lease ran out by now (the sweeper has not reclaimed it yet); live otherwise. */
+  readonly leaseState: LeaseState;
+  /** inUse >= limit: a new job of the key would park. */
+  readonly atLimit: boolean;
+}
+
+const SQL = /* sql */ `
+SELECT key,
+       concurrency_limit AS "limit",
+       in_use AS "inUse",
+       parked,
+       scheduled,
+       ${epochMs('oldest_parked_at')} AS "oldestParkedAt",
+       ${epochMs('next_lease_expiry')} AS "nextLeaseExpiry"
+FROM jl_key_stats
+ORDER BY key`;
+
+type Row = Omit<KeyRow, 'leaseState' | 'atLimit'>;
+
+/**
+ * Compares the nearest expiry with `now` from the ledger's clock, not the database's: the sweeper
+ * decides expiry on that clock, so a lease shown expired is one the sweeper will reclaim.
+ */
+export const leaseStateOf = (nextLeaseExpiry: number | null, now: number): LeaseState =>
+  nextLeaseExpiry === null ? 'none' : nextLeaseExpiry <= now ? 'expired' : 'live';
+
+/** Every concurrency key with its limit, use and waits (jl_key_stats), ordered by key. */
+export const listKeys = async (db: Queryable, now: number): Promise<KeyRow[]> => {
+  const { rows } = await db.query<Row>(SQL);
+  return rows.map((r) => {
+    const nextLeaseExpiry = toMs(r.nextLeaseExpiry);
+    return {
+      ...r,
+      oldestParkedAt: toMs(r.oldestParkedAt),
+      nextLeaseExpiry,
+      leaseState: leaseStateOf(nextLeaseExpiry, now),
+      atLimit: r.inUse >= r.limit,
+    };
+  });
+};

@@ -1,0 +1,79 @@
+import * as t from 'io-ts';
+import { handoffsOf, type Handoff, type RevisionedEvent } from '../domain/audit.js';
+import { UnknownJobError, UnknownKeyError } from '../domain/errors.js';
+import type { EventStore, RecordedEvent } from '../domain/ports/event-store.js';
+import type { JobStreamLookup } from '../domain/ports/job-streams.js';
+import { KEY_STREAM_PREFIX, keyStream } from '../domain/streams.js';
+import { Key, NonEmptyString, ValidationError, checkField } from '../domain/values.js';
+import { decodeRecorded } from './key-state-loader.js';
+
+export type AuditTarget = { readonly key: string } | { readonly jobId: string };
+
+export interface AuditEvent {
+  readonly stream: string;
+  readonly revision: number;
+  readonly type: string;
+  /** As recorded in the ledger. */
+  readonly data: object;
+}
+
+export interface Audit {
+  /** One row per slot tenure, oldest admission first. */
+  readonly handoffs: Handoff[];
+  /** The events they were folded from, in stream order. */
+  readonly events: AuditEvent[];
+}
+
+export interface AuditDeps {
+  readonly store: EventStore;
+  readonly jobStream: JobStreamLookup;
+}
+
+const PAGE = 1_000;
+
+const JobId = NonEmptyString(200);
+const Target = t.union([t.type({ key: t.unknown }), t.type({ jobId: t.unknown })]);
+
+/**
+ * Every slot handoff of a key, or of one job, read from the ledger itself (not the read models:
+ * the audit must hold even if they are wrong). A job is found through jl_jobs only to learn its
+ * stream. Throws ValidationError naming the field, UnknownKeyError or UnknownJobError.
+ */
+export const audit = async (deps: AuditDeps, target: AuditTarget): Promise<Audit> => {
+  if (!Target.is(target)) throw new ValidationError('key', 'give a key or a jobId');
+  if ('key' in target && 'jobId' in target) throw new ValidationError('jobId', 'give a key or a jobId, not both');
+  if ('key' in target) {
+    const key = checkField('key', Key, target.key);
+    const recorded = await readAll(deps.store, keyStream(key));
+    if (recorded.length === 0) throw new UnknownKeyError(key);
+    return auditOf(recorded);
+  }
+  const jobId = checkField('jobId', JobId, target.jobId);
+  const stream = await deps.jobStream(jobId);
+  if (stream === null) throw new UnknownJobError(jobId);
+  const all = auditOf(await readAll(deps.store, stream));
+  return {
+    handoffs: all.handoffs.filter((h) => h.jobId === jobId),
+    events: all.events.filter((e) => (e.data as { jobId?: unknown }).jobId === jobId),
+  };
+};
+
+const readAll = async (store: EventStore, stream: string): Promise<RecordedEvent[]> => {
+  const out: RecordedEvent[] = [];
+  for (let from = 0; ; from += PAGE) {
+    const page = await store.readStream(stream, { fromRevision: from, maxCount: PAGE });
+    out.push(...page);
+    if (page.length < PAGE) return out;
+  }
+};
+
+const auditOf = (recorded: readonly RecordedEvent[]): Audit => {
+  const stream = recorded[0]?.stream ?? '';
+  // A job without a key has a stream of its own: its name stands in for the key.
+  const key = stream.startsWith(KEY_STREAM_PREFIX) ? stream.slice(KEY_STREAM_PREFIX.length) : stream;
+  const decoded: RevisionedEvent[] = recorded.map((r) => ({ revision: r.revision, event: decodeRecorded(r) }));
+  return {
+    handoffs: handoffsOf(key, decoded),
+    events: recorded.map((r) => ({ stream: r.stream, revision: r.revision, type: r.type, data: r.data })),
+  };
+};

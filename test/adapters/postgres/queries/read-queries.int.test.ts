@@ -1,0 +1,146 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { JobRow } from '../../../../src/adapters/postgres/queries/list-jobs.js';
+import { ValidationError } from '../../../../src/domain/values.js';
+import { SEC, T0, openScriptedLedger, type ScriptedLedger } from '../../../support/ledger.js';
+
+// keys(), keyDetail() and jobs() over the read models a scripted run left, with the ledger's clock.
+
+let s: ScriptedLedger;
+
+beforeAll(async () => {
+  s = await openScriptedLedger();
+  const { ledger } = s;
+  // busy: limit 2; b1 runs and completes, b4 (the smallest priority) is promoted; two stay parked, one is scheduled.
+  s.at(T0);
+  await ledger.enqueue({ name: 'sync', key: 'busy', limit: 2, jobId: 'b1' });
+  await ledger.enqueue({ name: 'sync', key: 'busy', jobId: 'b2' });
+  s.at(T0 + SEC);
+  await ledger.enqueue({ name: 'sync', key: 'busy', jobId: 'b3', priority: 5 });
+  s.at(T0 + 2 * SEC);
+  await ledger.enqueue({ name: 'report', key: 'busy', jobId: 'b4', priority: 1 });
+  await ledger.enqueue({ name: 'sync', key: 'busy', jobId: 'b5', priority: 3 });
+  await ledger.enqueue({ name: 'later', key: 'busy', jobId: 'b6', delayMs: 60 * SEC });
+  s.at(T0 + 3 * SEC);
+  await s.start('busy', 'b1', 'worker-a');
+  s.at(T0 + 4 * SEC);
+  await s.complete('busy', 'b1'); // b4 (priority 1) is promoted ahead of b3 and b5
+  // idle: a key whose only job finished; stale: a holder whose lease ran out (clock moves past it).
+  s.at(T0 + 5 * SEC);
+  await ledger.enqueue({ name: 'sync', key: 'idle', jobId: 'i1' });
+  await s.start('idle', 'i1');
+  await s.complete('idle', 'i1');
+  await ledger.enqueue({ name: 'sync', key: 'stale', leaseMs: 2 * SEC, jobId: 's1' });
+  await ledger.enqueue({ name: 'solo', jobId: 'u1' });
+});
+
+afterAll(async () => {
+  await s?.close();
+});
+
+describe('keys()', () => {
+  it('every key with limit, use, waits and lease state by the ledger clock', async () => {
+    s.at(T0 + 6 * SEC);
+    expect(await s.ledger.keys()).toEqual([
+      { key: 'busy', limit: 2, inUse: 2, parked: 2, scheduled: 1, oldestParkedAt: T0 + SEC, nextLeaseExpiry: T0 + 30 * SEC, leaseState: 'live', atLimit: true },
+      { key: 'idle', limit: 1, inUse: 0, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'none', atLimit: false },
+      { key: 'stale', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: T0 + 7 * SEC, leaseState: 'live', atLimit: true },
+    ]);
+    s.at(T0 + 7 * SEC);
+    expect((await s.ledger.keys()).find((k) => k.key === 'stale')?.leaseState).toBe('expired');
+  });
+});
+
+describe('keyDetail()', () => {
+  it('holders with how they got the slot, parked jobs in promotion order, scheduled jobs', async () => {
+    s.at(T0 + 31 * SEC);
+    expect(await s.ledger.keyDetail('busy')).toEqual({
+      key: 'busy',
+      limit: 2,
+      leaseMs: 30 * SEC,
+      holders: [
+        { jobId: 'b2', name: 'sync', leaseId: 'b2:2', how: 'acquired', acquiredAt: T0, expiresAt: T0 + 30 * SEC, workerId: null, startedAt: null, attempt: null, leaseState: 'expired' },
+        { jobId: 'b4', name: 'report', leaseId: 'b4:3', how: 'promoted', acquiredAt: T0 + 4 * SEC, expiresAt: T0 + 34 * SEC, workerId: null, startedAt: null, attempt: null, leaseState: 'live' },
+      ],
+      parked: [
+        { jobId: 'b5', name: 'sync', priority: 3, parkedAt: T0 + 2 * SEC },
+        { jobId: 'b3', name: 'sync', priority: 5, parkedAt: T0 + SEC },
+      ],
+      scheduled: [{ jobId: 'b6', name: 'later', runAt: T0 + 62 * SEC, attempts: 0 }],
+    });
+  });
+
+  it('a started holder shows its worker, start and attempt', async () => {
+    const detail = await s.ledger.keyDetail('stale');
+    expect(detail?.holders).toEqual([
+      { jobId: 's1', name: 'sync', leaseId: 's1:1', how: 'acquired', acquiredAt: T0 + 5 * SEC, expiresAt: T0 + 7 * SEC, workerId: null, startedAt: null, attempt: null, leaseState: 'expired' },
+    ]);
+    s.at(T0 + 6 * SEC);
+    await s.start('stale', 's1', 'worker-z');
+    expect((await s.ledger.keyDetail('stale'))?.holders[0]).toMatchObject({ workerId: 'worker-z', startedAt: T0 + 6 * SEC, attempt: 1, expiresAt: T0 + 8 * SEC, leaseState: 'live' });
+  });
+
+  it('null for a key never seen; a bad key is a ValidationError naming key', async () => {
+    expect(await s.ledger.keyDetail('nobody')).toBeNull();
+    await expect(s.ledger.keyDetail('')).rejects.toThrow(ValidationError);
+    await expect(s.ledger.keyDetail('  ')).rejects.toMatchObject({ field: 'key' });
+  });
+});
+
+describe('jobs()', () => {
+  const ids = (jobs: readonly JobRow[]) => jobs.map((j) => j.jobId);
+
+  it('newest first, with status, attempts and timings', async () => {
+    const page = await s.ledger.jobs();
+    expect(ids(page.jobs)).toEqual(['u1', 's1', 'i1', 'b6', 'b5', 'b4', 'b3', 'b2', 'b1']);
+    expect(page.nextCursor).toBeNull();
+    expect(page.jobs.find((j) => j.jobId === 'b1')).toEqual({
+      jobId: 'b1',
+      key: 'busy',
+      name: 'sync',
+      queue: 'default',
+      status: 'completed',
+      attempts: 1,
+      maxAttempts: 5,
+      priority: 0,
+      enqueuedAt: T0,
+      runAt: null,
+      startedAt: T0 + 3 * SEC,
+      finishedAt: T0 + 4 * SEC,
+      lastError: null,
+      finishReason: null,
+      workerId: 'worker-a',
+    } satisfies JobRow);
+    expect(page.jobs.find((j) => j.jobId === 'b6')).toMatchObject({ status: 'scheduled', runAt: T0 + 62 * SEC });
+    expect(page.jobs.find((j) => j.jobId === 'u1')).toMatchObject({ key: null, status: 'holding' });
+  });
+
+  it('filters by key and status', async () => {
+    expect(ids((await s.ledger.jobs({ key: 'busy', status: 'parked' })).jobs)).toEqual(['b5', 'b3']);
+    expect(ids((await s.ledger.jobs({ status: 'completed' })).jobs)).toEqual(['i1', 'b1']);
+    expect(ids((await s.ledger.jobs({ key: 'nobody' })).jobs)).toEqual([]);
+  });
+
+  it('pages with a keyset cursor through jobs enqueued at the same moment, each job once', async () => {
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    for (let pages = 0; pages < 10; pages++) {
+      const page = await s.ledger.jobs({ limit: 2, ...(cursor ? { cursor } : {}) });
+      seen.push(...ids(page.jobs));
+      if (page.nextCursor === null) break;
+      cursor = page.nextCursor;
+    }
+    expect(seen).toEqual(['u1', 's1', 'i1', 'b6', 'b5', 'b4', 'b3', 'b2', 'b1']);
+  });
+
+  it.each([
+    [{ limit: 0 }, 'limit'],
+    [{ limit: 1001 }, 'limit'],
+    [{ limit: 2.5 }, 'limit'],
+    [{ status: 'sleeping' }, 'status'],
+    [{ key: '' }, 'key'],
+    [{ cursor: 'not-a-cursor' }, 'cursor'],
+    [{ cursor: 42 }, 'cursor'],
+  ])('a bad filter %j is a ValidationError naming %s', async (filter, field) => {
+    await expect(s.ledger.jobs(filter as never)).rejects.toMatchObject({ name: 'ValidationError', field });
+  });
+});
