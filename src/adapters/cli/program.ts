@@ -2,6 +2,7 @@ import { Command } from 'commander';
 import { registerDemo } from './commands/demo.js';
 import { registerEnqueue } from './commands/enqueue.js';
 import { registerMigrate } from './commands/migrate.js';
+import { registerServe } from './commands/serve.js';
 import { registerState } from './commands/state.js';
 import { registerWorker } from './commands/worker.js';
 import type { CommandContext } from './context.js';
@@ -12,7 +13,7 @@ export const buildProgram = (ctx: CommandContext, version: string): Command => {
     .version(version)
     .showHelpAfterError()
     .exitOverride();
-  for (const register of [registerMigrate, registerEnqueue, registerState, registerWorker, registerDemo]) register(program, ctx);
+  for (const register of [registerMigrate, registerEnqueue, registerState, registerWorker, registerServe, registerDemo]) register(program, ctx);
   for (const command of program.commands) command.exitOverride();
   return program;
 };

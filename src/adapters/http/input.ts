@@ -47,3 +47,6 @@ export const OperatorName = NonEmptyString(200);
 
 /** The `by` the body gives, else `http <client address>`: the ledger records every operator action with who did it. */
 export const operator = (request: FastifyRequest, by: string | undefined): string => by ?? `http ${request.ip}`;
+
+/** Metadata of every event an HTTP request writes: where the command came from. */
+export const VIA = { via: 'http' } as const;
