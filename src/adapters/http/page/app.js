@@ -287,6 +287,7 @@ const renderHolders = (detail) => {
     ),
   );
   $('holders-empty').hidden = detail.holders.length > 0;
+  $('holders-table').hidden = detail.holders.length === 0;
   $('release-all').hidden = detail.holders.length < 2;
 };
 
@@ -305,6 +306,7 @@ const renderParked = (detail) => {
     ),
   );
   $('parked-empty').hidden = detail.parked.length > 0;
+  $('parked-table').hidden = detail.parked.length === 0;
   $('discard-all').hidden = detail.parked.length < 2;
 };
 
@@ -321,6 +323,7 @@ const renderScheduled = (detail) => {
     ),
   );
   $('scheduled-empty').hidden = detail.scheduled.length > 0;
+  $('scheduled-table').hidden = detail.scheduled.length === 0;
 };
 
 const renderHandoffs = (detail) => {
