@@ -82,7 +82,7 @@ describe('the dashboard in headless Chromium', () => {
     await link.click();
     await expect.poll(() => page.locator('#key-title').textContent()).toBe(HOSTILE);
     expect(await page.locator('#key-title').isVisible()).toBe(true);
-    expect(await page.locator('#holders-body tr').count()).toBe(1);
+    await expect.poll(() => page.locator('#holders-body tr[data-job="hostile-1"]').count()).toBe(1);
     expect(await page.locator('img').count()).toBe(0);
     expect(problems).toEqual([]);
   });
