@@ -14,15 +14,6 @@ afterAll(async () => {
   await s.close();
 });
 
-const refused = async (request: () => Promise<{ status: number; body: any }>, status: number, field?: string) => {
-  const before = await s.eventCount();
-  const response = await request();
-  expect(response.status).toBe(status);
-  expect(typeof response.body.error).toBe('string');
-  if (field !== undefined) expect(response.body).toMatchObject({ field, error: expect.stringContaining(field) });
-  expect(await s.eventCount()).toBe(before);
-};
-
 describe('POST /api/jobs', () => {
   it('enqueues: 201 with the job id and acquired / parked / scheduled; the same job id again records nothing', async () => {
     const first = await s.post('/api/jobs', { name: 'send', key: 'mail/ü ber', limit: 1, args: { to: 'a@example.com' }, jobId: 'j-1' });
@@ -38,8 +29,8 @@ describe('POST /api/jobs', () => {
   });
 
   it('needs the token', async () => {
-    await refused(() => s.post('/api/jobs', { name: 'send' }, null), 401);
-    await refused(() => s.post('/api/jobs', { name: 'send' }, 'nope'), 401);
+    await s.refused(() => s.post('/api/jobs', { name: 'send' }, null), 401);
+    await s.refused(() => s.post('/api/jobs', { name: 'send' }, 'nope'), 401);
   });
 
   it.each([
@@ -57,7 +48,7 @@ describe('POST /api/jobs', () => {
     [{ name: 'send', delay: 5 }, 'delay'],
     [null, '(body)'],
   ])('bad body %j: 400 naming %s, nothing written', async (body, field) => {
-    await refused(() => s.post('/api/jobs', body), 400, field);
+    await s.refused(() => s.post('/api/jobs', body), 400, field);
   });
 });
 
@@ -90,7 +81,7 @@ describe('GET /api/jobs', () => {
     [{ cursor: 'not-a-cursor' }, 'cursor'],
     [{ sort: 'asc' }, 'sort'],
   ])('bad query %j: 400 naming %s', async (query, field) => {
-    await refused(() => s.get('/api/jobs', query), 400, field);
+    await s.refused(() => s.get('/api/jobs', query), 400, field);
   });
 });
 
@@ -100,10 +91,10 @@ describe('POST /api/jobs/cancel', () => {
       { name: 'c', key: 'cancel me', limit: 1, jobId: 'c-1' },
       { name: 'c', key: 'cancel me', jobId: 'c-2' },
     ]);
-    await refused(() => s.post('/api/jobs/cancel', { jobId: 'c-2' }, null), 401);
-    await refused(() => s.post('/api/jobs/cancel', {}), 400, 'jobId');
-    await refused(() => s.post('/api/jobs/cancel', { jobId: 5 }), 400, 'jobId');
-    await refused(() => s.post('/api/jobs/cancel', { jobId: 'no-such-job' }), 404);
+    await s.refused(() => s.post('/api/jobs/cancel', { jobId: 'c-2' }, null), 401);
+    await s.refused(() => s.post('/api/jobs/cancel', {}), 400, 'jobId');
+    await s.refused(() => s.post('/api/jobs/cancel', { jobId: 5 }), 400, 'jobId');
+    await s.refused(() => s.post('/api/jobs/cancel', { jobId: 'no-such-job' }), 404);
     expect(await s.post('/api/jobs/cancel', { jobId: 'c-2', by: 'dave' })).toEqual({ status: 200, body: { cancelled: true } });
     const job = (await s.get('/api/jobs', { key: 'cancel me', status: 'cancelled' })).body.jobs;
     expect(job).toEqual([expect.objectContaining({ jobId: 'c-2', finishReason: expect.stringContaining('dave') })]);
@@ -113,7 +104,7 @@ describe('POST /api/jobs/cancel', () => {
 describe('the server', () => {
   it('a body over the limit gets 413 and nothing is written', async () => {
     const args = { blob: 'x'.repeat(MAX_ARGS_BYTES + 100 * 1024) };
-    await refused(() => s.post('/api/jobs', { name: 'big', args }), 413);
+    await s.refused(() => s.post('/api/jobs', { name: 'big', args }), 413);
   });
 
   it('args within the ledger\'s limit fit in a body', async () => {

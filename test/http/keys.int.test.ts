@@ -13,20 +13,6 @@ afterAll(async () => {
   await s.close();
 });
 
-/** A request the server must refuse: the status, the field its error names, and no event written. */
-const refused = async (request: () => Promise<{ status: number; body: any }>, status: number, field?: string) => {
-  const before = await s.eventCount();
-  const response = await request();
-  expect(response.status).toBe(status);
-  expect(typeof response.body.error).toBe('string');
-  if (field !== undefined) {
-    expect(response.body.field).toBe(field);
-    expect(response.body.error).toContain(field);
-  }
-  expect(await s.eventCount()).toBe(before);
-  return response.body;
-};
-
 /** One holder and one parked job on a limit-1 key. */
 const seed = async (key: string, prefix: string) => {
   await s.ledger.enqueue({ name: 'work', key, limit: 1, jobId: `${prefix}-a` });
@@ -77,20 +63,20 @@ describe('reads', () => {
   });
 
   it('GET /api/keys/detail: 400 naming key when it is missing or empty, or a query field is unknown; 404 for an unknown key', async () => {
-    expect(await refused(() => s.get('/api/keys/detail'), 400, 'key')).toMatchObject({ error: expect.stringContaining('required') });
-    await refused(() => s.get('/api/keys/detail', { key: '' }), 400, 'key');
-    await refused(() => s.get('/api/keys/detail', { key: 'roomy', kye: 'x' }), 400, 'kye');
-    await refused(() => s.get('/api/keys/detail', { key: 'no such key' }), 404);
+    expect(await s.refused(() => s.get('/api/keys/detail'), 400, 'key')).toMatchObject({ error: expect.stringContaining('required') });
+    await s.refused(() => s.get('/api/keys/detail', { key: '' }), 400, 'key');
+    await s.refused(() => s.get('/api/keys/detail', { key: 'roomy', kye: 'x' }), 400, 'kye');
+    await s.refused(() => s.get('/api/keys/detail', { key: 'no such key' }), 404);
   });
 });
 
 describe('POST /api/keys/release', () => {
   it('needs the bearer token: 401 without it or with a wrong one, and nothing is written', async () => {
     await seed('auth/key', 'auth');
-    const body = await refused(() => s.post('/api/keys/release', { key: 'auth/key' }, null), 401);
+    const body = await s.refused(() => s.post('/api/keys/release', { key: 'auth/key' }, null), 401);
     expect(body.error).toContain('Bearer');
-    await refused(() => s.post('/api/keys/release', { key: 'auth/key' }, 'wrong'), 401);
-    await refused(() => s.post('/api/keys/release', { key: 'auth/key' }, `${TOKEN}x`), 401);
+    await s.refused(() => s.post('/api/keys/release', { key: 'auth/key' }, 'wrong'), 401);
+    await s.refused(() => s.post('/api/keys/release', { key: 'auth/key' }, `${TOKEN}x`), 401);
     const raw = await fetch(`${s.url}/api/keys/release`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: TOKEN }, body: '{}' });
     expect(raw.status).toBe(401);
     expect(raw.headers.get('www-authenticate')).toContain('Bearer');
@@ -108,7 +94,7 @@ describe('POST /api/keys/release', () => {
     ['bad/release', '(body)'],
   ])('bad body %j: 400 naming %s, nothing written', async (body, field) => {
     if ((await s.get('/api/keys/detail', { key: 'bad/release' })).status === 404) await seed('bad/release', 'bad');
-    await refused(() => s.post('/api/keys/release', body), 400, field);
+    await s.refused(() => s.post('/api/keys/release', body), 400, field);
   });
 
   it('unparsable JSON is a 400 naming the body', async () => {
@@ -120,7 +106,7 @@ describe('POST /api/keys/release', () => {
   });
 
   it('404 for an unknown key', async () => {
-    await refused(() => s.post('/api/keys/release', { key: 'never enqueued' }), 404);
+    await s.refused(() => s.post('/api/keys/release', { key: 'never enqueued' }), 404);
   });
 
   it.each(AWKWARD_KEYS.map((key, i) => [key, i] as const))('releases the running holder of %j by job id; its parked job is promoted; recorded with who did it', async (key, i) => {
@@ -158,7 +144,7 @@ describe('POST /api/keys/release', () => {
 describe('POST /api/keys/discard', () => {
   it('discards the named parked jobs, or all of them; the holder keeps its slot', async () => {
     await s.ledger.enqueueMany([1, 2, 3, 4].map((n) => ({ name: 'work', key: 'dis card/ü', limit: 1, jobId: `dis-${n}` })));
-    expect(await refused(() => s.post('/api/keys/discard', { key: 'dis card/ü', jobIds: ['dis-2'] }, null), 401)).toBeDefined();
+    expect(await s.refused(() => s.post('/api/keys/discard', { key: 'dis card/ü', jobIds: ['dis-2'] }, null), 401)).toBeDefined();
     const one = await s.post('/api/keys/discard', { key: 'dis card/ü', jobIds: ['dis-2'], by: 'bob' });
     expect(one).toEqual({ status: 200, body: { discarded: ['dis-2'] } });
     expect((await s.get('/api/keys/detail', { key: 'dis card/ü' })).body.parked.map((p: { jobId: string }) => p.jobId)).toEqual(['dis-3', 'dis-4']);
@@ -177,18 +163,18 @@ describe('POST /api/keys/discard', () => {
     [{ key: 'dis card/ü', jobIds: ['ok', ''] }, 'jobIds[1]'],
     [{ key: 'dis card/ü', all: true }, 'all'],
   ])('bad body %j: 400 naming %s, nothing written', async (body, field) => {
-    await refused(() => s.post('/api/keys/discard', body), 400, field);
+    await s.refused(() => s.post('/api/keys/discard', body), 400, field);
   });
 
   it('404 for an unknown key', async () => {
-    await refused(() => s.post('/api/keys/discard', { key: 'nobody' }), 404);
+    await s.refused(() => s.post('/api/keys/discard', { key: 'nobody' }), 404);
   });
 });
 
 describe('POST /api/keys/limit', () => {
   it('raising the limit promotes parked jobs at once', async () => {
     await s.ledger.enqueueMany([1, 2, 3].map((n) => ({ name: 'work', key: 'lim/ит', limit: 1, jobId: `lim-${n}` })));
-    await refused(() => s.post('/api/keys/limit', { key: 'lim/ит', limit: 3 }, null), 401);
+    await s.refused(() => s.post('/api/keys/limit', { key: 'lim/ит', limit: 3 }, null), 401);
     const { status, body } = await s.post('/api/keys/limit', { key: 'lim/ит', limit: 3, by: 'carol' });
     expect(status).toBe(200);
     expect(body.limit).toBe(3);
@@ -204,10 +190,10 @@ describe('POST /api/keys/limit', () => {
     [{ key: 'lim/ит', limit: '2' }, 'limit'],
     [{ limit: 2 }, 'key'],
   ])('bad body %j: 400 naming %s, nothing written', async (body, field) => {
-    await refused(() => s.post('/api/keys/limit', body), 400, field);
+    await s.refused(() => s.post('/api/keys/limit', body), 400, field);
   });
 
   it('404 for an unknown key', async () => {
-    await refused(() => s.post('/api/keys/limit', { key: 'nobody', limit: 2 }), 404);
+    await s.refused(() => s.post('/api/keys/limit', { key: 'nobody', limit: 2 }), 404);
   });
 });

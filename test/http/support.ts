@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import * as E from 'fp-ts/lib/Either.js';
+import { expect } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { createHttpServer } from '../../src/adapters/http/server.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
@@ -21,6 +22,8 @@ export interface TestServer {
   post(path: string, body: unknown, token?: string | null): Promise<{ status: number; body: any }>;
   /** Events in the ledger: a refused request must not change it. */
   eventCount(): Promise<number>;
+  /** Sends a request the server must refuse: asserts the status, the field its JSON error names, and that no event was written; returns the body. */
+  refused(request: () => Promise<{ status: number; body: any }>, status: number, field?: string): Promise<any>;
   /** Starts the job holding a slot of `key` under its lease, as a worker would (JobStarted). */
   start(key: string, jobId: string, workerId?: string): Promise<void>;
   close(): Promise<void>;
@@ -31,6 +34,7 @@ export const startTestServer = async (options: { bodyLimit?: number; inlineProje
   const ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger, ...(options.inlineProjections === false ? { inlineProjections: false } : {}) });
   const app = await createHttpServer({ ledger, db: db.pool, token: TOKEN, ...(options.bodyLimit ? { bodyLimit: options.bodyLimit } : {}) });
   const url = await app.listen({ port: 0, host: '127.0.0.1' });
+  const eventCount = async () => (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n;
   const json = async (response: Response) => ({ status: response.status, body: await response.json() });
   return {
     url,
@@ -46,7 +50,16 @@ export const startTestServer = async (options: { bodyLimit?: number; inlineProje
           body: JSON.stringify(body),
         }),
       ),
-    eventCount: async () => (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n,
+    eventCount,
+    refused: async (request, status, field) => {
+      const before = await eventCount();
+      const response = await request();
+      expect(response.status).toBe(status);
+      expect(typeof response.body.error).toBe('string');
+      if (field !== undefined) expect(response.body).toMatchObject({ field, error: expect.stringContaining(field) });
+      expect(await eventCount()).toBe(before);
+      return response.body;
+    },
     start: async (key, jobId, workerId = 'worker-1') => {
       const holder = (await ledger.keyDetail(key))?.holders.find((h) => h.jobId === jobId);
       if (!holder) throw new Error(`${jobId} holds no slot of ${key}`);

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { Gauge, Registry } from 'prom-client';
 import type { Ledger } from '../ledger.js';
 import { readLedgerMetrics, type LedgerMetrics } from '../postgres/queries/ledger-metrics.js';
+import type { QueueMetrics } from '../queue/pg-queue.js';
 import { DISPATCHER } from '../../projections/dispatcher.js';
 import { READ_MODELS } from '../../projections/read-models.js';
 import type { Queryable } from '../../projections/runner.js';
@@ -9,7 +10,7 @@ import type { Queryable } from '../../projections/runner.js';
 // GET /metrics: the dashboard's figures in Prometheus text format (prom-client), read fresh on each
 // scrape: one statement for the read models, queue names and projection lag, then the queue figures.
 
-type Figures = LedgerMetrics & { readonly queueMetrics: Awaited<ReturnType<Ledger['queue']['metrics']>>[] };
+type Figures = LedgerMetrics & { readonly queueMetrics: readonly QueueMetrics[] };
 
 export const registerMetrics = (app: FastifyInstance, ledger: Ledger, db: Queryable): void => {
   const registry = new Registry();
