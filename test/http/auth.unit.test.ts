@@ -1,6 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { describe, expect, it } from 'vitest';
-import { isLoopback, requireToken, resolveToken } from '../../src/adapters/http/auth.js';
+import { isLoopback, requireLoopbackHost, requireToken, resolveToken } from '../../src/adapters/http/auth.js';
 
 describe('isLoopback', () => {
   it.each(['127.0.0.1', '127.1.2.3', 'localhost', 'LOCALHOST', '::1', '[::1]', '::ffff:127.0.0.1'])('%s is loopback', (host) => {
@@ -54,5 +54,27 @@ describe('requireToken', () => {
     expect(await call('POST', 'right')).toBe(401);
     expect(await call('POST', 'Basic right')).toBe(401);
     expect(await call('DELETE', 'Bearer nope')).toBe(401);
+  });
+});
+
+describe('requireLoopbackHost', () => {
+  const call = async (host: string | undefined) => {
+    let code: number | undefined;
+    const reply = {
+      code(c: number) {
+        code = c;
+        return this;
+      },
+      async send() {
+        return this;
+      },
+    } as unknown as FastifyReply;
+    await requireLoopbackHost({ headers: host === undefined ? {} : { host } } as FastifyRequest, reply);
+    return code;
+  };
+
+  it('passes loopback names with or without a port; refuses any other name, or none', async () => {
+    for (const host of ['127.0.0.1:7070', 'localhost', 'localhost:1', '[::1]:7070', '127.9.9.9']) expect(await call(host)).toBeUndefined();
+    for (const host of ['attacker.example', 'attacker.example:7070', '10.0.0.1:7070', 'localhost.attacker.example', '', undefined]) expect(await call(host)).toBe(403);
   });
 });

@@ -51,6 +51,7 @@ describe('GET /metrics, inline projections', () => {
     expect(sample(text, 'jobledger_jobs', { status: 'holding' })).toBe(3);
     expect(sample(text, 'jobledger_jobs', { status: 'parked' })).toBe(2);
     expect(sample(text, 'jobledger_jobs', { status: 'scheduled' })).toBe(1);
+    expect(sample(text, 'jobledger_jobs', { status: 'completed' })).toBe(0);
     expect(sample(text, 'jobledger_queue_depth', { queue: 'default' })).toBe(2);
     expect(sample(text, 'jobledger_queue_depth', { queue: 'mail' })).toBe(1);
     expect(sample(text, 'jobledger_queue_visible_messages', { queue: 'mail' })).toBe(1);

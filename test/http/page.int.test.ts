@@ -1,4 +1,5 @@
 import { readdirSync, readFileSync } from 'node:fs';
+import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './support.js';
 
@@ -47,5 +48,23 @@ describe('the page', () => {
   it('JSON reads are not cached', async () => {
     const response = await fetch(`${s.url}/api/keys`);
     expect(response.headers.get('cache-control')).toBe('no-store');
+  });
+
+  it('bound to loopback, refuses a request naming another host (DNS rebinding): 403 JSON; loopback names pass', async () => {
+    const get = (host: string) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = request(`${s.url}/api/keys`, { headers: { host } }, (res) => {
+          let body = '';
+          res.on('data', (chunk: Buffer) => (body += chunk.toString()));
+          res.on('end', () => resolve({ status: res.statusCode!, body }));
+        });
+        req.on('error', reject);
+        req.end();
+      });
+    const evil = await get('attacker.example:7070');
+    expect(evil.status).toBe(403);
+    expect(JSON.parse(evil.body).error).toContain('attacker.example');
+    expect((await get('127.0.0.2')).status).toBe(200);
+    for (const host of ['localhost:7070', '127.0.0.1', '[::1]:7070']) expect((await get(host)).status).toBe(200);
   });
 });

@@ -29,10 +29,10 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-export const startTestServer = async (options: { bodyLimit?: number; inlineProjections?: boolean } = {}): Promise<TestServer> => {
+export const startTestServer = async (options: { bodyLimit?: number; inlineProjections?: boolean; loopbackOnly?: boolean } = {}): Promise<TestServer> => {
   const db = await createMigratedDatabase(10, { pipeline: true });
   const ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger, ...(options.inlineProjections === false ? { inlineProjections: false } : {}) });
-  const app = await createHttpServer({ ledger, db: db.pool, token: TOKEN, ...(options.bodyLimit ? { bodyLimit: options.bodyLimit } : {}) });
+  const app = await createHttpServer({ ledger, db: db.pool, token: TOKEN, loopbackOnly: options.loopbackOnly ?? true, ...(options.bodyLimit ? { bodyLimit: options.bodyLimit } : {}) });
   const url = await app.listen({ port: 0, host: '127.0.0.1' });
   const eventCount = async () => (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n;
   const json = async (response: Response) => ({ status: response.status, body: await response.json() });

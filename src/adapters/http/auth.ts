@@ -39,3 +39,14 @@ export const requireToken = (token: string) => {
       .send({ error: match ? 'the bearer token is wrong' : 'this route needs Authorization: Bearer <JOBLEDGER_TOKEN>' });
   };
 };
+
+/**
+ * For a server bound to loopback: refuses (403) a request whose Host is not a loopback name. A web
+ * page elsewhere whose DNS name is rebound to 127.0.0.1 would otherwise read the JSON API (the
+ * reads need no token) through the operator's own browser.
+ */
+export const requireLoopbackHost = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+  const host = (request.headers.host ?? '').replace(/:\d+$/, '');
+  if (isLoopback(host)) return;
+  await reply.code(403).send({ error: `Host ${JSON.stringify(request.headers.host ?? '')} is not this machine; open the dashboard at http://127.0.0.1 or http://localhost` });
+};

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { Gauge, Registry } from 'prom-client';
 import type { Ledger } from '../ledger.js';
 import { readLedgerMetrics, type LedgerMetrics } from '../postgres/queries/ledger-metrics.js';
+import { JobStatus } from '../postgres/queries/list-jobs.js';
 import type { QueueMetrics } from '../queue/pg-queue.js';
 import { DISPATCHER } from '../../projections/dispatcher.js';
 import { READ_MODELS } from '../../projections/read-models.js';
@@ -30,7 +31,8 @@ export const registerMetrics = (app: FastifyInstance, ledger: Ledger, db: Querya
     gauge('parked_jobs', 'Jobs parked, waiting for a slot of their key.', [], (g, f) => g.set(f.parked)),
     gauge('oldest_parked_age_seconds', 'How long the longest-waiting parked job has waited (0 when none).', [], (g, f) => g.set(f.oldestParkedSeconds)),
     gauge('jobs', 'Jobs by status (jobs read model).', ['status'], (g, f) => {
-      for (const [status, n] of Object.entries(f.jobsByStatus)) g.set({ status }, n);
+      // Every status, 0 included, so a rate or an alert on one never sees its series vanish.
+      for (const status of Object.keys(JobStatus.keys)) g.set({ status }, f.jobsByStatus[status] ?? 0);
     }),
     gauge('queue_depth', 'Messages in the dispatch queue (visible or in flight).', ['queue'], (g, f) => {
       for (const m of f.queueMetrics) g.set({ queue: m.queue }, m.depth);

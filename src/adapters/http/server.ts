@@ -4,7 +4,7 @@ import { silentLogger, type Logger } from '../../domain/ports/logger.js';
 import { MAX_ARGS_BYTES, ValidationError } from '../../domain/values.js';
 import type { Queryable } from '../../projections/runner.js';
 import type { Ledger } from '../ledger.js';
-import { requireToken } from './auth.js';
+import { requireLoopbackHost, requireToken } from './auth.js';
 import { registerMetrics } from './metrics.js';
 import { registerAuditRoutes } from './routes/audit.js';
 import { registerJobRoutes } from './routes/jobs.js';
@@ -17,6 +17,8 @@ export interface HttpServerOptions {
   readonly db: Queryable;
   /** The bearer token every mutating route requires. */
   readonly token: string;
+  /** Serving on loopback only: refuse requests that name another host (DNS rebinding). */
+  readonly loopbackOnly?: boolean;
   /** Largest request body in bytes (default: the largest job args plus room for the other fields); a larger one gets 413. */
   readonly bodyLimit?: number;
   readonly logger?: Logger;
@@ -46,6 +48,7 @@ const statusOf = (error: unknown): number => {
 export const createHttpServer = async (options: HttpServerOptions): Promise<FastifyInstance> => {
   const log = options.logger ?? silentLogger;
   const app = Fastify({ logger: false, bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT, return503OnClosing: true });
+  if (options.loopbackOnly) app.addHook('onRequest', requireLoopbackHost);
   app.addHook('onRequest', requireToken(options.token));
   app.addHook('onSend', async (request, reply) => {
     reply.header('x-content-type-options', 'nosniff');

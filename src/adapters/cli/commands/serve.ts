@@ -51,7 +51,7 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
         const ledger = await createLedger({ pool, logger: ctx.logger, inlineProjections: flags.asyncProjections !== true });
         try {
           ledger.start();
-          const server = await createHttpServer({ ledger, db: pool, token, logger: ctx.logger.child({ component: 'http' }) });
+          const server = await createHttpServer({ ledger, db: pool, token, loopbackOnly: isLoopback(flags.host), logger: ctx.logger.child({ component: 'http' }) });
           try {
             const signalled = untilSignalled(ctx);
             const url = await server.listen({ port: flags.port, host: flags.host });
