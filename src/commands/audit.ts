@@ -1,4 +1,3 @@
-import * as t from 'io-ts';
 import { handoffsOf, type Handoff, type RevisionedEvent } from '../domain/audit.js';
 import { UnknownJobError, UnknownKeyError } from '../domain/errors.js';
 import type { EventStore, RecordedEvent } from '../domain/ports/event-store.js';
@@ -32,7 +31,6 @@ export interface AuditDeps {
 const PAGE = 1_000;
 
 const JobId = NonEmptyString(200);
-const Target = t.union([t.type({ key: t.unknown }), t.type({ jobId: t.unknown })]);
 
 /**
  * Every slot handoff of a key, or of one job, read from the ledger itself (not the read models:
@@ -40,15 +38,16 @@ const Target = t.union([t.type({ key: t.unknown }), t.type({ jobId: t.unknown })
  * stream. Throws ValidationError naming the field, UnknownKeyError or UnknownJobError.
  */
 export const audit = async (deps: AuditDeps, target: AuditTarget): Promise<Audit> => {
-  if (!Target.is(target)) throw new ValidationError('key', 'give a key or a jobId');
-  if ('key' in target && 'jobId' in target) throw new ValidationError('jobId', 'give a key or a jobId, not both');
-  if ('key' in target) {
-    const key = checkField('key', Key, target.key);
+  // An absent field and an undefined one are the same (a query string's missing parameter).
+  const { key: givenKey, jobId: givenJobId } = (typeof target === 'object' && target !== null ? target : {}) as { key?: unknown; jobId?: unknown };
+  if (givenKey !== undefined && givenJobId !== undefined) throw new ValidationError('jobId', 'give a key or a jobId, not both');
+  if (givenJobId === undefined) {
+    const key = checkField('key', Key, givenKey);
     const recorded = await readAll(deps.store, keyStream(key));
     if (recorded.length === 0) throw new UnknownKeyError(key);
     return auditOf(recorded);
   }
-  const jobId = checkField('jobId', JobId, target.jobId);
+  const jobId = checkField('jobId', JobId, givenJobId);
   const stream = await deps.jobStream(jobId);
   if (stream === null) throw new UnknownJobError(jobId);
   const all = auditOf(await readAll(deps.store, stream));

@@ -1,13 +1,9 @@
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli } from '../support/cli.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 
 // The built CLI as a subprocess (npm test builds it first), against a test database.
-
-const run = promisify(execFile);
-const CLI = new URL('../../dist/src/adapters/cli/main.js', import.meta.url).pathname;
 
 let db: TestDatabase;
 let pool: pg.Pool;
@@ -22,15 +18,7 @@ afterAll(async () => {
   await db.drop();
 });
 
-const jobledger = async (...args: string[]) => {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [CLI, ...args], { env: { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: 'warn' } });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const e = error as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
-};
+const jobledger = (...args: string[]) => runCli(db.url, args);
 
 const eventCount = async (): Promise<number> => (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n;
 

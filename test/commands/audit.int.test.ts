@@ -69,6 +69,10 @@ describe('audit()', () => {
     expect(events.every((e) => e.stream === 'job:u')).toBe(true);
   });
 
+  it('an undefined field counts as absent', async () => {
+    expect(await s.ledger.audit({ key: 'acme', jobId: undefined } as never)).toEqual(await s.ledger.audit({ key: 'acme' }));
+  });
+
   it('an unknown key or job is named as such', async () => {
     await expect(s.ledger.audit({ key: 'nobody' })).rejects.toThrow(UnknownKeyError);
     await expect(s.ledger.audit({ jobId: 'nobody' })).rejects.toThrow(UnknownJobError);

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { readFileSync } from 'node:fs';
 import { CommanderError } from 'commander';
+import { RefusedError, UnknownJobError, UnknownKeyError } from '../../domain/errors.js';
 import { ValidationError } from '../../domain/values.js';
 import { createContext } from './context.js';
 import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError } from './errors.js';
@@ -18,7 +19,8 @@ const main = async (): Promise<number> => {
       // help and --version end here too, with exit code 0; commander has printed the message
       return error.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
     }
-    if (error instanceof UsageError || error instanceof ValidationError) {
+    // Input the ledger cannot act on: a bad value, an unknown key or job, an action the key's state refuses.
+    if (error instanceof UsageError || error instanceof ValidationError || error instanceof UnknownKeyError || error instanceof UnknownJobError || error instanceof RefusedError) {
       process.stderr.write(`error: ${error.message}\n`);
       return EXIT_USAGE;
     }

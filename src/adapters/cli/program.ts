@@ -1,8 +1,15 @@
 import { Command } from 'commander';
+import { registerAudit } from './commands/audit.js';
+import { registerCancel } from './commands/cancel.js';
 import { registerDemo } from './commands/demo.js';
+import { registerDiscard } from './commands/discard.js';
 import { registerEnqueue } from './commands/enqueue.js';
+import { registerJobs } from './commands/jobs.js';
+import { registerKeys } from './commands/keys.js';
 import { registerMigrate } from './commands/migrate.js';
+import { registerRelease } from './commands/release.js';
 import { registerServe } from './commands/serve.js';
+import { registerSetLimit } from './commands/set-limit.js';
 import { registerState } from './commands/state.js';
 import { registerWorker } from './commands/worker.js';
 import type { CommandContext } from './context.js';
@@ -13,7 +20,22 @@ export const buildProgram = (ctx: CommandContext, version: string): Command => {
     .version(version)
     .showHelpAfterError()
     .exitOverride();
-  for (const register of [registerMigrate, registerEnqueue, registerState, registerWorker, registerServe, registerDemo]) register(program, ctx);
+  for (const register of [
+    registerMigrate,
+    registerEnqueue,
+    registerWorker,
+    registerServe,
+    registerKeys,
+    registerJobs,
+    registerAudit,
+    registerState,
+    registerRelease,
+    registerDiscard,
+    registerSetLimit,
+    registerCancel,
+    registerDemo,
+  ])
+    register(program, ctx);
   for (const command of program.commands) command.exitOverride();
   return program;
 };

@@ -1,8 +1,7 @@
 import type { Command } from 'commander';
 import type { EnqueueInput } from '../../../commands/enqueue.js';
-import { ValidationError } from '../../../domain/values.js';
 import { withLedger, type CommandContext } from '../context.js';
-import { UsageError } from '../errors.js';
+import { asUsage } from '../errors.js';
 import { print } from '../output.js';
 import { duration, integer, isoTime, json } from '../parse.js';
 
@@ -66,13 +65,7 @@ export const registerEnqueue = (program: Command, ctx: CommandContext): void => 
         ...(flags.jobId !== undefined ? { jobId: flags.jobId } : {}),
       };
       const result = await withLedger(ctx, (ledger) =>
-        ledger.enqueue(input, { by: process.env.USER ?? 'cli', via: 'cli' }).catch((error: unknown) => {
-          if (error instanceof ValidationError) {
-            const top = error.field.split(/[.[]/)[0] ?? error.field;
-            throw new UsageError(`${FLAG_OF[top] ?? error.field}: ${error.problem}`);
-          }
-          throw error;
-        }),
+        ledger.enqueue(input, { by: process.env.USER ?? 'cli', via: 'cli' }).catch(asUsage(FLAG_OF)),
       );
       print({ json: flags.json === true }, { jobId: result.jobId, status: result.status }, () => `${result.jobId} ${result.status}`);
     });

@@ -86,7 +86,7 @@ const COLUMNS = /* sql */ `
  * enqueued meanwhile. Throws ValidationError naming the field of a bad filter.
  */
 export const listJobs = async (db: Queryable, filter: JobFilter = {}): Promise<JobPage> => {
-  if (typeof filter !== 'object' || filter === null) throw new ValidationError('(filter)', 'must be an object');
+  if (typeof filter !== 'object' || filter === null) throw new ValidationError('filter', 'must be an object');
   const where: string[] = [];
   const values: unknown[] = [];
   const param = (value: unknown): string => `$${values.push(value)}`;

@@ -1,0 +1,143 @@
+import { userInfo } from 'node:os';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { keyStream } from '../../src/domain/streams.js';
+import { runCli } from '../support/cli.js';
+import { openScriptedLedger, type ScriptedLedger } from '../support/ledger.js';
+
+// `jobledger release`, `discard`, `set-limit` and `cancel` as subprocesses against a ledger set
+// up in-process on the same database: what each records in the ledger, and that bad input
+// records nothing.
+
+let s: ScriptedLedger;
+
+const jobledger = (...args: string[]) => runCli(s.db.url, args);
+
+beforeAll(async () => {
+  s = await openScriptedLedger();
+});
+
+afterAll(async () => {
+  await s?.close();
+});
+
+/** A key of limit 1: `holder` holds its slot (started by w1, a lease of an hour) and `parked` wait in line. */
+const keyWith = async (key: string, holder: string, parked: readonly string[]): Promise<number> => {
+  s.at(Date.now());
+  await s.ledger.enqueue({ name: 'work', key, limit: 1, leaseMs: 3_600_000, jobId: holder });
+  for (const jobId of parked) await s.ledger.enqueue({ name: 'work', key, jobId });
+  await s.start(key, holder);
+  const revision = (await s.ledger.keyState(key)).revision;
+  return revision === 'no_stream' ? 0 : revision + 1;
+};
+
+/** The key's events from a revision on, as "Type jobId by|reason". */
+const recorded = async (key: string, fromRevision: number) =>
+  (await s.ledger.store.readStream(keyStream(key), { fromRevision })).map((e) => [e.type, e.data.jobId, e.data.by ?? e.data.reason].filter((x) => x != null).join(' '));
+
+const expectRefused = async (args: readonly string[], named: string) => {
+  const before = await s.eventCount();
+  const result = await jobledger(...args);
+  expect(result.code, result.stderr).toBe(2);
+  expect(result.stderr).toContain(named);
+  expect(await s.eventCount()).toBe(before);
+};
+
+describe('jobledger release', () => {
+  it('revokes a live holder, recorded with who did it; the parked job takes the slot', async () => {
+    const from = await keyWith('rel', 'r1', ['r2']);
+    const result = await jobledger('release', '--key', 'rel', '--job', 'r1', '--by', 'alice');
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toContain('revoked the lease of job r1 on key rel (by alice)');
+    expect(await recorded('rel', from)).toEqual(['LeaseRevoked r1 alice', 'SlotReleased r1 revoked', 'JobScheduled r1', 'JobPromoted r2']);
+  });
+
+  it('--json, every holder, and --by defaults to the OS user', async () => {
+    const from = await keyWith('rel-all', 'ra1', []);
+    const result = await jobledger('release', '--key', 'rel-all', '--json');
+    expect(result.code, result.stderr).toBe(0);
+    expect(JSON.parse(result.stdout)).toEqual({ released: ['ra1'] });
+    expect(await recorded('rel-all', from)).toEqual([`LeaseRevoked ra1 ${userInfo().username}`, 'SlotReleased ra1 revoked', 'JobScheduled ra1']);
+  });
+
+  it.each([
+    [['--key', ''], '--key'],
+    [['--key', 'rel-bad', '--by', ''], '--by'],
+    [['--key', 'rel-bad', '--job', 'rb2'], 'rb2 holds no slot'],
+    [['--key', 'nobody'], 'nobody'],
+    [[], '--key'],
+  ])('bad input %j exits 2, names %s, writes nothing', async (flags, named) => {
+    if ((await s.ledger.keyDetail('rel-bad')) === null) await keyWith('rel-bad', 'rb1', ['rb2']);
+    await expectRefused(['release', ...flags], named);
+  });
+});
+
+describe('jobledger discard', () => {
+  it('removes the named parked job, then all the rest (--json)', async () => {
+    const from = await keyWith('dis', 'd0', ['d1', 'd2', 'd3']);
+    const one = await jobledger('discard', '--key', 'dis', '--job', 'd2', '--by', 'carol');
+    expect(one.code, one.stderr).toBe(0);
+    expect(one.stdout).toContain('discarded parked job d2 on key dis (by carol)');
+    const rest = await jobledger('discard', '--key', 'dis', '--by', 'carol', '--json');
+    expect(JSON.parse(rest.stdout)).toEqual({ discarded: ['d1', 'd3'] });
+    expect(await recorded('dis', from)).toEqual(['ParkedDiscarded d2 carol', 'ParkedDiscarded d1 carol', 'ParkedDiscarded d3 carol']);
+    expect(await s.ledger.keyDetail('dis')).toMatchObject({ parked: [], holders: [{ jobId: 'd0' }] });
+  });
+
+  it.each([
+    [['--key', 'dis-bad', '--job', 'db1'], 'not parked on this key: db1'],
+    [['--key', 'dis-bad', '--job', ''], '--job'],
+    [['--key', 'dis-bad', '--by', ' '], '--by'],
+    [['--key', 'nobody'], 'nobody'],
+  ])('bad input %j exits 2, names %s, writes nothing', async (flags, named) => {
+    if ((await s.ledger.keyDetail('dis-bad')) === null) await keyWith('dis-bad', 'db1', ['db2']);
+    await expectRefused(['discard', ...flags], named);
+  });
+});
+
+describe('jobledger set-limit', () => {
+  it('a raise promotes parked jobs at once and says which', async () => {
+    const from = await keyWith('lim', 'l0', ['l1', 'l2', 'l3']);
+    const result = await jobledger('set-limit', '--key', 'lim', '--limit', '3', '--by', 'dave');
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toBe('key lim: limit 3 (by dave)\npromoted parked job l1\npromoted parked job l2\n');
+    expect(await recorded('lim', from)).toEqual(['KeyLimitSet dave', 'JobPromoted l1', 'JobPromoted l2']);
+    const lowered = await jobledger('set-limit', '--key', 'lim', '--limit', '1', '--by', 'dave', '--json');
+    expect(JSON.parse(lowered.stdout)).toEqual({ limit: 1, promoted: [] });
+    expect((await s.ledger.keyDetail('lim'))?.holders.map((h) => h.jobId)).toEqual(['l0', 'l1', 'l2']);
+  });
+
+  it.each([
+    [['--key', 'lim-bad', '--limit', '0'], '--limit'],
+    [['--key', 'lim-bad', '--limit', 'two'], '--limit'],
+    [['--key', 'lim-bad'], '--limit'],
+    [['--key', '', '--limit', '2'], '--key'],
+    [['--key', 'nobody', '--limit', '2'], 'nobody'],
+  ])('bad input %j exits 2, names %s, writes nothing', async (flags, named) => {
+    if ((await s.ledger.keyDetail('lim-bad')) === null) await keyWith('lim-bad', 'lb1', ['lb2']);
+    await expectRefused(['set-limit', ...flags], named);
+  });
+});
+
+describe('jobledger cancel', () => {
+  it('cancels a parked job, recorded with who did it; a second cancel changes nothing', async () => {
+    const from = await keyWith('can', 'c1', ['c2']);
+    const result = await jobledger('cancel', '--job', 'c2', '--by', 'erin');
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toContain('cancelled job c2 (by erin)');
+    expect(await recorded('can', from)).toEqual(['JobCancelled c2 erin']);
+    const before = await s.eventCount();
+    const again = await jobledger('cancel', '--job', 'c2', '--json');
+    expect(again.code).toBe(0);
+    expect(JSON.parse(again.stdout)).toEqual({ jobId: 'c2', cancelled: false });
+    expect(await s.eventCount()).toBe(before);
+  });
+
+  it.each([
+    [['--job', ''], '--job'],
+    [['--job', 'nobody'], 'nobody'],
+    [['--job', 'c1', '--by', ''], '--by'],
+    [[], '--job'],
+  ])('bad input %j exits 2, names %s, writes nothing', async (flags, named) => {
+    await expectRefused(['cancel', ...flags], named);
+  });
+});
