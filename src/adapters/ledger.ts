@@ -10,7 +10,8 @@ import type { Logger } from '../domain/ports/logger.js';
 import { keyStream } from '../domain/streams.js';
 import { HANDED_OFF_SQL, createDispatcher } from '../projections/dispatcher.js';
 import { createReadModelProjections } from '../projections/read-models.js';
-import { inlineProjections } from '../projections/runner.js';
+import type { Projection } from '../projections/projection.js';
+import { AsyncProjectionRunner, inlineProjections, type SendMessages } from '../projections/runner.js';
 import { PostgresEventStore } from './eventstore/postgres/postgres-event-store.js';
 import { createLogger } from './logging/logger.js';
 import { migrate } from './postgres/migrations.js';
@@ -48,6 +49,9 @@ export interface LedgerOptions {
   readonly sweepIntervalMs?: number;
 }
 
+/** How the ledger's projections (read models, dispatcher) are applied. */
+export type ProjectionMode = 'inline' | 'async';
+
 /**
  * The library entry: the key ledger on PostgreSQL. Enqueue jobs with concurrency keys; every
  * admission, park, promotion and release is decided by the key's decider and appended with
@@ -56,6 +60,7 @@ export interface LedgerOptions {
 export class Ledger {
   private readonly workers = new Set<Worker>();
   private readonly sweeper: Sweeper;
+  private readonly runners: AsyncProjectionRunner[];
 
   private constructor(
     readonly store: EventStore,
@@ -67,10 +72,23 @@ export class Ledger {
     private readonly random: () => number,
     private readonly log: Logger,
     sweepIntervalMs: number | undefined,
-    /** Admissions are dispatched inside the append (inline projections): workers may hand off directly. */
-    readonly directHandoff: boolean,
+    /** The projections applied by this ledger's async runners once start() is called; none when they run inline. */
+    readonly asyncProjections: readonly Projection[],
+    send: SendMessages,
   ) {
     this.sweeper = new Sweeper(this, pool, log.child({ component: 'sweeper' }), sweepIntervalMs === undefined ? {} : { intervalMs: sweepIntervalMs });
+    this.runners = asyncProjections.map(
+      (projection) => new AsyncProjectionRunner({ pool, store, projection, send, logger: log.child({ component: 'projection' }) }),
+    );
+  }
+
+  get projectionMode(): ProjectionMode {
+    return this.asyncProjections.length > 0 ? 'async' : 'inline';
+  }
+
+  /** Admissions are dispatched inside the append (inline projections): workers may hand off directly. */
+  get directHandoff(): boolean {
+    return this.projectionMode === 'inline';
   }
 
   static async open(options: LedgerOptions): Promise<Ledger> {
@@ -78,10 +96,10 @@ export class Ledger {
     try {
       if (options.migrate !== false) await migrate(pool);
       const queue = new PgQueue(pool);
-      const inline = inlineProjections([createReadModelProjections(), createDispatcher()], {
-        send: (db, name, messages) => queue.sendBatch(name, messages, { db }),
-      });
-      const store = new PostgresEventStore(pool, options.inlineProjections === false ? {} : { inlineHandlers: [inline] });
+      const send: SendMessages = (db, name, messages) => queue.sendBatch(name, messages, { db });
+      const projections = [createReadModelProjections(), createDispatcher()];
+      const async = options.inlineProjections === false;
+      const store = new PostgresEventStore(pool, async ? {} : { inlineHandlers: [inlineProjections(projections, { send })] });
       const clock = options.clock ?? Date.now;
       const random = options.random ?? Math.random;
       const logger = options.logger ?? createLogger();
@@ -95,7 +113,7 @@ export class Ledger {
         },
         { snapshotEvery: options.snapshotEvery ?? 1_000, eventId: keyEventId },
       );
-      return new Ledger(store, queue, handler, pool, options.pool === undefined, clock, random, logger, options.sweepIntervalMs, options.inlineProjections !== false);
+      return new Ledger(store, queue, handler, pool, options.pool === undefined, clock, random, logger, options.sweepIntervalMs, async ? projections : [], send);
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;
@@ -212,21 +230,27 @@ export class Ledger {
     return worker;
   }
 
-  /** Starts the background parts: the sweeper (one instance leads across processes). */
+  /**
+   * Starts the background parts: the sweeper and, when the ledger was opened with inline
+   * projections off, the async projection runners (one instance of each leads across processes).
+   */
   start(): void {
     this.sweeper.start();
+    for (const runner of this.runners) runner.start();
   }
 
-  /** Stops the sweeper and any worker still running (gracefully), then closes the store. */
+  /** Stops the sweeper, the projection runners and any worker still running (gracefully), then closes the store. */
   async close(): Promise<void> {
     await this.sweeper.stop();
+    await Promise.all(this.runners.map((r) => r.stop()));
     await Promise.all([...this.workers].map((w) => w.stop()));
     await this.store.close();
     if (this.ownsPool) await this.pool.end();
   }
 }
 
-const createPool = (options: LedgerOptions): pg.Pool => {
+/** The pool createLedger makes from `databaseUrl`; exported for a caller that shares it (the HTTP server's metrics). */
+export const createPool = (options: LedgerOptions): pg.Pool => {
   if (!options.databaseUrl) throw new TypeError('databaseUrl: required (or pass a pg.Pool as pool)');
   // Pipelining lets a transaction send its projection statements together (src/projections/runner.ts).
   const pool = new pg.Pool({ connectionString: options.databaseUrl, max: options.poolSize ?? 10, pipeline: true } as pg.PoolConfig);

@@ -4,12 +4,19 @@ import * as t from 'io-ts';
 // The checked values commands are made of. Each failure message says what was expected, and
 // reportErrors names the field it came from.
 
-/** A codec that narrows `base` with a check, failing with `message`. */
+/**
+ * A codec that narrows `base` with a check, failing with `message` (also when `base` fails, so a
+ * number where a key belongs says what a key must be; a missing value stays "is required").
+ */
 export const refine = <A>(base: t.Type<A, A, unknown>, name: string, ok: (a: A) => boolean, message: string): t.Type<A, A, unknown> =>
   new t.Type<A, A, unknown>(
     name,
     (u): u is A => base.is(u) && ok(u),
-    (u, c) => E.chain((a: A) => (ok(a) ? t.success(a) : t.failure<A>(u, c, message)))(base.validate(u, c)),
+    (u, c) => {
+      const decoded = base.validate(u, c);
+      if (E.isLeft(decoded)) return u === undefined ? decoded : t.failure<A>(u, c, message);
+      return ok(decoded.right) ? decoded : t.failure<A>(u, c, message);
+    },
     t.identity,
   );
 

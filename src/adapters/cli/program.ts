@@ -9,6 +9,7 @@ import { registerKeys } from './commands/keys.js';
 import { registerMigrate } from './commands/migrate.js';
 import { registerRelease } from './commands/release.js';
 import { registerReplay } from './commands/replay.js';
+import { registerServe } from './commands/serve.js';
 import { registerSetLimit } from './commands/set-limit.js';
 import { registerState } from './commands/state.js';
 import { registerWorker } from './commands/worker.js';
@@ -24,6 +25,7 @@ export const buildProgram = (ctx: CommandContext, version: string): Command => {
     registerMigrate,
     registerEnqueue,
     registerWorker,
+    registerServe,
     registerKeys,
     registerJobs,
     registerAudit,

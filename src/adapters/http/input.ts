@@ -1,0 +1,52 @@
+import type { FastifyRequest } from 'fastify';
+import * as E from 'fp-ts/lib/Either.js';
+import * as t from 'io-ts';
+import { NonEmptyString, ValidationError, decodeWith } from '../../domain/values.js';
+
+// Request bodies and query strings, checked with io-ts before any route touches the ledger: a
+// bad one is a ValidationError naming the field (400), and nothing is written.
+
+/** An object codec that also refuses fields it does not know. */
+export interface ClosedObject<A> {
+  readonly codec: t.Decoder<unknown, A>;
+  readonly fields: readonly string[];
+}
+
+/**
+ * `required` and `optional` fields, no others. A field it does not know MUST be refused, not
+ * dropped: a misspelt `jobId` on release would otherwise release every holder of the key.
+ */
+export const closedObject = <R extends t.Props, O extends t.Props>(
+  required: R,
+  optional: O,
+): ClosedObject<t.TypeOf<t.TypeC<R>> & Partial<t.TypeOf<t.PartialC<O>>>> => ({
+  codec: t.intersection([t.type(required), t.partial(optional)]),
+  fields: [...Object.keys(required), ...Object.keys(optional)],
+});
+
+/** Checks a parsed body or query against `shape`; `where` names the whole input when it is not an object. */
+export const decodeInput = <A>(shape: ClosedObject<A>, input: unknown, where: '(body)' | '(query)'): A => {
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) throw new ValidationError(where, 'must be a JSON object');
+  const unknown = Object.keys(input).find((field) => !shape.fields.includes(field));
+  if (unknown !== undefined) throw new ValidationError(unknown, `is not a known field (known: ${shape.fields.join(', ')})`);
+  const decoded = decodeWith(shape.codec, input);
+  if (E.isLeft(decoded)) throw decoded.left;
+  return decoded.right;
+};
+
+/** A query-string integer ("50") as a number. */
+export const IntegerString = new t.Type<number, string, unknown>(
+  'IntegerString',
+  (u): u is number => typeof u === 'number',
+  (u, c) => (typeof u === 'string' && /^-?\d{1,15}$/.test(u) ? t.success(Number(u)) : t.failure(u, c, 'must be an integer')),
+  String,
+);
+
+/** Who an operator action is recorded as done by. */
+export const OperatorName = NonEmptyString(200);
+
+/** The `by` the body gives, else `http <client address>`: the ledger records every operator action with who did it. */
+export const operator = (request: FastifyRequest, by: string | undefined): string => by ?? `http ${request.ip}`;
+
+/** Metadata of every event an HTTP request writes: where the command came from. */
+export const VIA = { via: 'http' } as const;

@@ -1,0 +1,74 @@
+import type { FastifyInstance } from 'fastify';
+import { Gauge, Registry } from 'prom-client';
+import type { Ledger } from '../ledger.js';
+import { readLedgerMetrics, type LedgerMetrics } from '../postgres/queries/ledger-metrics.js';
+import { JobStatus } from '../postgres/queries/list-jobs.js';
+import type { QueueMetrics } from '../queue/pg-queue.js';
+import { DISPATCHER } from '../../projections/dispatcher.js';
+import { READ_MODELS } from '../../projections/read-models.js';
+import type { Queryable } from '../../projections/runner.js';
+
+// GET /metrics: the dashboard's figures in Prometheus text format (prom-client), read fresh on each
+// scrape: one statement for the read models, queue names and projection lag, then the queue figures.
+
+type Figures = LedgerMetrics & { readonly queueMetrics: readonly QueueMetrics[] };
+
+export const registerMetrics = (app: FastifyInstance, ledger: Ledger, db: Queryable): void => {
+  const registry = new Registry();
+  const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[], set: (g: Gauge<L>, f: Figures) => void) => {
+    const g = new Gauge<L>({ name: `jobledger_${name}`, help, labelNames, registers: [registry] });
+    return (f: Figures) => {
+      // Labelled series are rebuilt each scrape, so a queue or status that is gone stops being reported.
+      if (labelNames.length > 0) g.reset();
+      set(g, f);
+    };
+  };
+  const setters = [
+    gauge('keys', 'Concurrency keys known to the ledger.', [], (g, f) => g.set(f.keys)),
+    gauge('keys_at_limit', 'Keys whose slots are all held: a new job of the key would park.', [], (g, f) => g.set(f.keysAtLimit)),
+    gauge('slots_held', 'Slots held now (one per holder and lease).', [], (g, f) => g.set(f.slotsHeld)),
+    gauge('slots_lease_expired', 'Held slots whose lease has run out, not yet reclaimed by the sweeper.', [], (g, f) => g.set(f.slotsExpired)),
+    gauge('parked_jobs', 'Jobs parked, waiting for a slot of their key.', [], (g, f) => g.set(f.parked)),
+    gauge('oldest_parked_age_seconds', 'How long the longest-waiting parked job has waited (0 when none).', [], (g, f) => g.set(f.oldestParkedSeconds)),
+    gauge('jobs', 'Jobs by status (jobs read model).', ['status'], (g, f) => {
+      // Every status, 0 included, so a rate or an alert on one never sees its series vanish.
+      for (const status of Object.keys(JobStatus.keys)) g.set({ status }, f.jobsByStatus[status] ?? 0);
+    }),
+    gauge('queue_depth', 'Messages in the dispatch queue (visible or in flight).', ['queue'], (g, f) => {
+      for (const m of f.queueMetrics) g.set({ queue: m.queue }, m.depth);
+    }),
+    gauge('queue_visible_messages', 'Messages a worker could read now.', ['queue'], (g, f) => {
+      for (const m of f.queueMetrics) g.set({ queue: m.queue }, m.visibleNow);
+    }),
+    gauge('queue_oldest_message_age_seconds', 'Age of the oldest message in the queue (0 when empty).', ['queue'], (g, f) => {
+      for (const m of f.queueMetrics) g.set({ queue: m.queue }, (m.oldestAgeMs ?? 0) / 1000);
+    }),
+    gauge('projection_lag_events', 'Events recorded but not yet applied by the projection (0 for inline projections).', ['projection', 'mode'], (g, f) => {
+      for (const l of f.projectionLag) g.set({ projection: l.projection, mode: ledger.projectionMode }, l.events);
+    }),
+    gauge('projection_lag_seconds', 'Age of the oldest event not yet applied by the projection (0 for inline projections).', ['projection', 'mode'], (g, f) => {
+      for (const l of f.projectionLag) g.set({ projection: l.projection, mode: ledger.projectionMode }, l.seconds);
+    }),
+  ];
+  const read = async (): Promise<Figures> => {
+    const async = ledger.asyncProjections.map((p) => p.name);
+    const figures = await readLedgerMetrics(db, async);
+    const queueMetrics = await Promise.all(figures.queues.map((q) => ledger.queue.metrics(q)));
+    // Inline projections apply in the append's transaction: never behind.
+    const projectionLag = async.length > 0 ? figures.projectionLag : [READ_MODELS, DISPATCHER].map((projection) => ({ projection, events: 0, seconds: 0 }));
+    return { ...figures, queueMetrics, projectionLag };
+  };
+  // Scrapes take turns: each sets every gauge, then renders them; interleaved, one could render
+  // another's half-set figures.
+  let turn: Promise<unknown> = Promise.resolve();
+  app.get('/metrics', async (_request, reply) => {
+    const scrape = turn.then(async () => {
+      const figures = await read();
+      for (const set of setters) set(figures);
+      return registry.metrics();
+    });
+    turn = scrape.catch(() => undefined);
+    const text = await scrape;
+    return reply.type(registry.contentType).send(text);
+  });
+};

@@ -1,0 +1,15 @@
+import type { FastifyInstance } from 'fastify';
+import { Key, NonEmptyString, ValidationError } from '../../../domain/values.js';
+import type { Ledger } from '../../ledger.js';
+import { closedObject, decodeInput } from '../input.js';
+
+const AuditQuery = closedObject({}, { key: Key, job: NonEmptyString(200) });
+
+export const registerAuditRoutes = (app: FastifyInstance, ledger: Ledger): void => {
+  /** Every slot handoff of a key (or of one job) and the events behind them, read from the ledger. */
+  app.get('/api/audit', async (request) => {
+    const query = decodeInput(AuditQuery, request.query, '(query)');
+    if ((query.key === undefined) === (query.job === undefined)) throw new ValidationError('key', 'give key=K or job=ID (one of them)');
+    return ledger.audit(query.key !== undefined ? { key: query.key } : { jobId: query.job! });
+  });
+};

@@ -1,0 +1,59 @@
+import type { FastifyInstance } from 'fastify';
+import * as t from 'io-ts';
+import { UnknownKeyError } from '../../../domain/errors.js';
+import { Key, Limit, NonEmptyString } from '../../../domain/values.js';
+import type { Ledger } from '../../ledger.js';
+import { closedObject, decodeInput, operator, OperatorName, VIA } from '../input.js';
+
+/** Recent handoffs shown with a key's detail; the whole history is GET /api/audit. */
+export const RECENT_HANDOFFS = 50;
+
+const JobId = NonEmptyString(200);
+const KeyQuery = closedObject({ key: Key }, {});
+const ReleaseBody = closedObject({ key: Key }, { jobId: JobId, by: OperatorName });
+const DiscardBody = closedObject({ key: Key }, { jobIds: t.array(JobId), by: OperatorName });
+const LimitBody = closedObject({ key: Key, limit: Limit }, { by: OperatorName });
+
+export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger): void => {
+  /** The cards' totals and one row per key. */
+  app.get('/api/keys', async () => {
+    const keys = await ledger.keys();
+    const parkedAt = keys.flatMap((k) => (k.oldestParkedAt === null ? [] : [k.oldestParkedAt]));
+    return {
+      now: Date.now(),
+      totals: {
+        keys: keys.length,
+        keysAtLimit: keys.filter((k) => k.atLimit).length,
+        slotsHeld: keys.reduce((n, k) => n + k.inUse, 0),
+        parked: keys.reduce((n, k) => n + k.parked, 0),
+        scheduled: keys.reduce((n, k) => n + k.scheduled, 0),
+        oldestParkedAt: parkedAt.length === 0 ? null : Math.min(...parkedAt),
+      },
+      keys,
+    };
+  });
+
+  /** Holders, parked jobs in promotion order, scheduled jobs, and the latest handoffs (newest first). */
+  app.get('/api/keys/detail', async (request) => {
+    const { key } = decodeInput(KeyQuery, request.query, '(query)');
+    const detail = await ledger.keyDetail(key);
+    if (detail === null) throw new UnknownKeyError(key);
+    const { handoffs } = await ledger.audit({ key });
+    return { now: Date.now(), ...detail, handoffs: handoffs.slice(-RECENT_HANDOFFS).reverse() };
+  });
+
+  app.post('/api/keys/release', async (request) => {
+    const body = decodeInput(ReleaseBody, request.body, '(body)');
+    return ledger.release({ key: body.key, by: operator(request, body.by), ...(body.jobId === undefined ? {} : { jobId: body.jobId }) }, VIA);
+  });
+
+  app.post('/api/keys/discard', async (request) => {
+    const body = decodeInput(DiscardBody, request.body, '(body)');
+    return ledger.discard({ key: body.key, by: operator(request, body.by), ...(body.jobIds === undefined ? {} : { jobIds: body.jobIds }) }, VIA);
+  });
+
+  app.post('/api/keys/limit', async (request) => {
+    const body = decodeInput(LimitBody, request.body, '(body)');
+    return ledger.setLimit({ key: body.key, limit: body.limit, by: operator(request, body.by) }, VIA);
+  });
+};

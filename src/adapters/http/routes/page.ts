@@ -1,0 +1,26 @@
+import { readFileSync } from 'node:fs';
+import type { FastifyInstance } from 'fastify';
+
+// The dashboard: static files shipped in the package (src/adapters/http/page, copied next to the
+// built server by `npm run build`), read once at start. Nothing is fetched from elsewhere.
+
+const ASSETS = {
+  '/': ['index.html', 'text/html; charset=utf-8'],
+  '/app.js': ['app.js', 'text/javascript; charset=utf-8'],
+  '/app.css': ['app.css', 'text/css; charset=utf-8'],
+} as const;
+
+/**
+ * Scripts, styles and requests from this server only, no inline script, no framing: even a
+ * rendering slip could not run a script a key name smuggled in.
+ */
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+export const registerPage = (app: FastifyInstance): void => {
+  for (const [path, [file, type]] of Object.entries(ASSETS)) {
+    const body = readFileSync(new URL(`../page/${file}`, import.meta.url));
+    app.get(path, async (_request, reply) =>
+      reply.type(type).header('content-security-policy', CSP).header('referrer-policy', 'no-referrer').header('cache-control', 'no-cache').send(body),
+    );
+  }
+};

@@ -1,0 +1,76 @@
+import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
+import { RefusedError, UnknownJobError, UnknownKeyError } from '../../domain/errors.js';
+import { silentLogger, type Logger } from '../../domain/ports/logger.js';
+import { MAX_ARGS_BYTES, ValidationError } from '../../domain/values.js';
+import type { Queryable } from '../../projections/runner.js';
+import type { Ledger } from '../ledger.js';
+import { requireLoopbackHost, requireToken } from './auth.js';
+import { registerMetrics } from './metrics.js';
+import { registerAuditRoutes } from './routes/audit.js';
+import { registerJobRoutes } from './routes/jobs.js';
+import { registerKeyRoutes } from './routes/keys.js';
+import { registerPage } from './routes/page.js';
+
+export interface HttpServerOptions {
+  readonly ledger: Ledger;
+  /** The ledger's database, for the figures of /metrics. */
+  readonly db: Queryable;
+  /** The bearer token every mutating route requires. */
+  readonly token: string;
+  /** Serving on loopback only: refuse requests that name another host (DNS rebinding). */
+  readonly loopbackOnly?: boolean;
+  /** Largest request body in bytes (default: the largest job args plus room for the other fields); a larger one gets 413. */
+  readonly bodyLimit?: number;
+  readonly logger?: Logger;
+}
+
+export const DEFAULT_BODY_LIMIT = MAX_ARGS_BYTES + 64 * 1024;
+
+/** The JSON an error is answered with; `field` names the input at fault on a 400. */
+interface ErrorBody {
+  readonly error: string;
+  readonly field?: string;
+}
+
+const statusOf = (error: unknown): number => {
+  if (error instanceof ValidationError) return 400;
+  if (error instanceof UnknownKeyError || error instanceof UnknownJobError) return 404;
+  if (error instanceof RefusedError) return 409;
+  const status = (error as FastifyError).statusCode;
+  // Fastify's own client errors: unparsable JSON (400), body too large (413), wrong media type (415).
+  return typeof status === 'number' && status >= 400 && status < 500 ? status : 500;
+};
+
+/**
+ * The HTTP API, /metrics and the dashboard page over a ledger. Not listening yet: call
+ * `listen({ port, host })` (tests use port 0), and `close()` to stop.
+ */
+export const createHttpServer = async (options: HttpServerOptions): Promise<FastifyInstance> => {
+  const log = options.logger ?? silentLogger;
+  const app = Fastify({ logger: false, bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT, return503OnClosing: true });
+  if (options.loopbackOnly) app.addHook('onRequest', requireLoopbackHost);
+  app.addHook('onRequest', requireToken(options.token));
+  app.addHook('onSend', async (request, reply) => {
+    reply.header('x-content-type-options', 'nosniff');
+    if (request.url.startsWith('/api/')) reply.header('cache-control', 'no-store');
+  });
+  app.setErrorHandler(async (error, request, reply) => {
+    const status = statusOf(error);
+    if (status >= 500) log.error({ err: error, method: request.method, url: request.url }, 'HTTP request failed');
+    const body: ErrorBody =
+      error instanceof ValidationError
+        ? { error: error.message, field: error.field }
+        : status === 400 && (error as FastifyError).code?.startsWith('FST_ERR_CTP')
+          ? { error: `(body): ${(error as Error).message}`, field: '(body)' }
+          : { error: status >= 500 ? 'internal error (see the server log)' : (error as Error).message };
+    return reply.code(status).send(body);
+  });
+  app.setNotFoundHandler(async (request, reply) => reply.code(404).send({ error: `no route ${request.method} ${request.url.split('?')[0]}` } satisfies ErrorBody));
+  registerPage(app);
+  registerKeyRoutes(app, options.ledger);
+  registerJobRoutes(app, options.ledger);
+  registerAuditRoutes(app, options.ledger);
+  registerMetrics(app, options.ledger, options.db);
+  await app.ready();
+  return app;
+};

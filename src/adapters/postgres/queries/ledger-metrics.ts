@@ -1,0 +1,80 @@
+import type { Queryable } from '../../../projections/runner.js';
+
+// The figures a monitoring system scrapes (GET /metrics), read in one statement from the read
+// models, the queue tables and the projections' checkpoints. Ages are on the database's clock.
+
+export interface ProjectionLag {
+  readonly projection: string;
+  /** Events of the ledger past the projection's checkpoint: recorded, not applied yet. */
+  readonly events: number;
+  /** Age of the oldest of them (0 when none). */
+  readonly seconds: number;
+}
+
+export interface LedgerMetrics {
+  readonly keys: number;
+  readonly keysAtLimit: number;
+  readonly slotsHeld: number;
+  /** Held slots whose lease has run out (the sweeper has not reclaimed them yet). */
+  readonly slotsExpired: number;
+  readonly parked: number;
+  /** How long the longest-parked job has waited (0 when nothing is parked). */
+  readonly oldestParkedSeconds: number;
+  readonly jobsByStatus: Readonly<Record<string, number>>;
+  /** Every dispatch queue ever sent to. */
+  readonly queues: readonly string[];
+  readonly projectionLag: readonly ProjectionLag[];
+}
+
+const SQL = /* sql */ `
+SELECT
+  (SELECT count(*) FROM jl_keys)::int AS keys,
+  (SELECT count(*) FROM jl_key_stats WHERE in_use >= concurrency_limit)::int AS keys_at_limit,
+  (SELECT count(*) FROM jl_slots)::int AS slots_held,
+  (SELECT count(*) FROM jl_slots WHERE expires_at <= statement_timestamp())::int AS slots_expired,
+  (SELECT count(*) FROM jl_parked)::int AS parked,
+  coalesce((SELECT extract(epoch FROM statement_timestamp() - min(parked_at)) FROM jl_parked), 0)::float8 AS oldest_parked_seconds,
+  (SELECT coalesce(jsonb_object_agg(status, n), '{}') FROM (SELECT status, count(*)::int AS n FROM jl_jobs GROUP BY status) s) AS jobs_by_status,
+  (SELECT coalesce(array_agg(name ORDER BY name), '{}') FROM queues) AS queues,
+  (SELECT coalesce(jsonb_agg(jsonb_build_object('projection', p.name, 'events', lag.events, 'seconds', lag.seconds) ORDER BY p.name), '[]')
+   FROM unnest($1::text[]) AS p (name)
+   LEFT JOIN projection_checkpoints c ON c.projection = p.name
+   CROSS JOIN LATERAL (
+     SELECT count(*)::int AS events,
+            coalesce(extract(epoch FROM statement_timestamp() - min(e.created)), 0)::float8 AS seconds
+     FROM events e
+     WHERE (e.transaction_id, e.global_position) > (coalesce(c.commit, 0)::text::xid8, coalesce(c.prepare, 0)::bigint)
+   ) lag) AS projection_lag`;
+
+interface Row {
+  keys: number;
+  keys_at_limit: number;
+  slots_held: number;
+  slots_expired: number;
+  parked: number;
+  oldest_parked_seconds: number;
+  jobs_by_status: Record<string, number>;
+  queues: string[];
+  projection_lag: ProjectionLag[];
+}
+
+/**
+ * A snapshot of the ledger's figures. `asyncProjections` names the projections applied by async
+ * runners: their lag is the events past their checkpoint. Inline projections apply in the append
+ * transaction and have none, so they are not asked about.
+ */
+export const readLedgerMetrics = async (db: Queryable, asyncProjections: readonly string[]): Promise<LedgerMetrics> => {
+  const { rows } = await db.query<Row>(SQL, [asyncProjections]);
+  const r = rows[0]!;
+  return {
+    keys: r.keys,
+    keysAtLimit: r.keys_at_limit,
+    slotsHeld: r.slots_held,
+    slotsExpired: r.slots_expired,
+    parked: r.parked,
+    oldestParkedSeconds: r.oldest_parked_seconds,
+    jobsByStatus: r.jobs_by_status,
+    queues: r.queues,
+    projectionLag: r.projection_lag,
+  };
+};

@@ -1,0 +1,78 @@
+import type { FastifyInstance } from 'fastify';
+import * as E from 'fp-ts/lib/Either.js';
+import { expect } from 'vitest';
+import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
+import { createHttpServer } from '../../src/adapters/http/server.js';
+import { silentLogger } from '../../src/domain/ports/logger.js';
+import { keyStream } from '../../src/domain/streams.js';
+import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
+
+// The HTTP server in-process on a free port, over a real ledger on a fresh database.
+
+export const TOKEN = 'test-token-\u00e9';
+
+export interface TestServer {
+  readonly url: string;
+  readonly ledger: Ledger;
+  readonly db: MigratedDatabase;
+  readonly app: FastifyInstance;
+  /** GET `path` (with a query built from `query`, every value encoded); the parsed JSON body. */
+  get(path: string, query?: Record<string, string>): Promise<{ status: number; body: any }>;
+  /** POST JSON; `token` null sends no Authorization header. */
+  post(path: string, body: unknown, token?: string | null): Promise<{ status: number; body: any }>;
+  /** Events in the ledger: a refused request must not change it. */
+  eventCount(): Promise<number>;
+  /** Sends a request the server must refuse: asserts the status, the field its JSON error names, and that no event was written; returns the body. */
+  refused(request: () => Promise<{ status: number; body: any }>, status: number, field?: string): Promise<any>;
+  /** Starts the job holding a slot of `key` under its lease, as a worker would (JobStarted). */
+  start(key: string, jobId: string, workerId?: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+export const startTestServer = async (options: { bodyLimit?: number; inlineProjections?: boolean; loopbackOnly?: boolean } = {}): Promise<TestServer> => {
+  const db = await createMigratedDatabase(10, { pipeline: true });
+  const ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger, ...(options.inlineProjections === false ? { inlineProjections: false } : {}) });
+  const app = await createHttpServer({ ledger, db: db.pool, token: TOKEN, loopbackOnly: options.loopbackOnly ?? true, ...(options.bodyLimit ? { bodyLimit: options.bodyLimit } : {}) });
+  const url = await app.listen({ port: 0, host: '127.0.0.1' });
+  const eventCount = async () => (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n;
+  const json = async (response: Response) => ({ status: response.status, body: await response.json() });
+  return {
+    url,
+    ledger,
+    db,
+    app,
+    get: async (path, query) => json(await fetch(`${url}${path}${query ? `?${new URLSearchParams(query)}` : ''}`)),
+    post: async (path, body, token = TOKEN) =>
+      json(
+        await fetch(`${url}${path}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...(token === null ? {} : { authorization: `Bearer ${token}` }) },
+          body: JSON.stringify(body),
+        }),
+      ),
+    eventCount,
+    refused: async (request, status, field) => {
+      const before = await eventCount();
+      const response = await request();
+      expect(response.status).toBe(status);
+      expect(typeof response.body.error).toBe('string');
+      if (field !== undefined) expect(response.body).toMatchObject({ field, error: expect.stringContaining(field) });
+      expect(await eventCount()).toBe(before);
+      return response.body;
+    },
+    start: async (key, jobId, workerId = 'worker-1') => {
+      const holder = (await ledger.keyDetail(key))?.holders.find((h) => h.jobId === jobId);
+      if (!holder) throw new Error(`${jobId} holds no slot of ${key}`);
+      const result = await ledger.execute(keyStream(key), { type: 'Start', jobId, leaseId: holder.leaseId, workerId });
+      if (E.isLeft(result)) throw new Error(`Start ${jobId} refused: ${result.left.tag}`);
+    },
+    close: async () => {
+      await app.close();
+      await ledger.close();
+      await db.drop();
+    },
+  };
+};
+
+/** Keys the API must carry as query and body parameters, never path segments. */
+export const AWKWARD_KEYS = ['tenant/acme/eu', 'with spaces and ? & = #', 'ключ:日本語:🔑', '<img src=x onerror=alert(1)>', '../..%2F'] as const;
