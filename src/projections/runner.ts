@@ -173,7 +173,7 @@ async function applyAsClaimed(batch: Batch, runs: readonly Run[]): Promise<Appli
   claimed.catch(() => undefined);
   // Every stream where the batch begins, as a successful claim leaves it.
   const last = new Map(runs.map((r) => [runKey(r.projection.name, r.stream), r.first - 1]));
-  const { sent, counts } = sendStatements(batch, last);
+  const { sent, counts } = await sendStatements(batch, last);
   const settled = Promise.allSettled([savepoint, claimed, ...sent.map((st) => st.result)]);
   const { rows } = await claimed.catch(async (error: unknown) => {
     await settled;
@@ -211,7 +211,7 @@ async function applyCarefully(batch: Batch, runs: Map<string, Run>): Promise<App
     for (const row of rows) last.set(runKey(row.projection, row.stream), Number(row.revision));
   }
   const stored = new Map(unclaimed.map((r) => [runKey(r.projection.name, r.stream), last.get(runKey(r.projection.name, r.stream))!]));
-  const { sent, counts } = sendStatements(batch, last);
+  const { sent, counts } = await sendStatements(batch, last);
   const results = await finishBatch(batch, sent, counts);
   // Unclaimed streams that moved on: record where they are now.
   const moved = unclaimed.filter((r) => last.get(runKey(r.projection.name, r.stream))! > stored.get(runKey(r.projection.name, r.stream))!);
@@ -228,13 +228,14 @@ async function applyCarefully(batch: Batch, runs: Map<string, Run>): Promise<App
 
 /**
  * Maps and issues the statements of every event above its stream's revision in `last` (which it
- * moves on), all before any result is awaited (finishBatch checks them in order). A pipelining
- * client sends them together, about one round trip; any other client queues them and sends one
- * at a time. Either way they are all issued before the caller can issue a ROLLBACK: this MUST
- * stay so, or a statement queued after it would run outside the transaction.
+ * moves on). A pipelining client gets them all before any result is awaited (finishBatch checks
+ * them in order): they go out together, about one round trip, all before the caller can issue a
+ * ROLLBACK. Any other client gets them one at a time, each checked before the next is issued: a
+ * statement must never be issued after the caller gave up on the transaction, or it would run
+ * outside it.
  */
-function sendStatements(batch: Batch, last: Map<string, number>): { sent: SentStatement[]; counts: { applied: number; skipped: number }[] } {
-  const { db, projections, mine } = batch;
+async function sendStatements(batch: Batch, last: Map<string, number>): Promise<{ sent: SentStatement[]; counts: { applied: number; skipped: number }[] }> {
+  const { db, projections, mine, pipelined } = batch;
   const sent: SentStatement[] = [];
   const counts = projections.map(() => ({ applied: 0, skipped: 0 }));
   for (const [i, projection] of projections.entries()) {
@@ -250,9 +251,11 @@ function sendStatements(batch: Batch, last: Map<string, number>): { sent: SentSt
       const pe = projected(e);
       for (const s of project(pe)) {
         const result = db.query<{ queue: string; message: unknown }>({ name: statementName(s.text), text: s.text, values: s.values as unknown[] });
-        // Checked later (finishBatch); a rejection must not go unhandled meanwhile.
+        // Checked again in finishBatch; a rejection must not go unhandled meanwhile.
         result.catch(() => undefined);
-        sent.push({ projection: projection.name, e, eventType: pe.event.type, s, result });
+        const statement = { projection: projection.name, e, eventType: pe.event.type, s, result };
+        if (!pipelined) await check(statement);
+        sent.push(statement);
       }
       last.set(key, e.revision);
       counts[i]!.applied++;
