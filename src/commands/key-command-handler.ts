@@ -1,9 +1,9 @@
 import * as E from 'fp-ts/lib/Either.js';
 import { decodeCommand, type Command } from '../domain/commands.js';
-import { decide } from '../domain/decide/index.js';
+import { decideInPlace } from '../domain/decide/index.js';
 import { describeDomainError, type DomainError } from '../domain/errors.js';
 import type { KeyEvent } from '../domain/events.js';
-import { fold, type KeyState } from '../domain/key-state.js';
+import { Scratch, type Draft } from '../domain/key-state.js';
 import {
   WrongExpectedRevisionError,
   type EventStore,
@@ -123,13 +123,13 @@ export class KeyCommandHandler {
     for (let attempt = 0; ; attempt++) {
       const loaded = await this.loader.loadMany(streams);
       const now = this.clock();
-      const { results, appends, states } = this.decideAll(items, loaded, now);
+      const { results, appends, decided } = this.decideAll(items, loaded, now);
       if (appends.length === 0) return results;
       try {
         const written = await this.deps.store.appendMany(appends);
         for (const w of written) {
-          const before = loaded.get(w.stream)!.revision;
-          await this.loader.remember(w.stream, states.get(w.stream)!, w.nextExpectedRevision, before);
+          const { state, revision: before } = loaded.get(w.stream)!;
+          await this.loader.remember(w.stream, state, decided.get(w.stream)!, before, w.nextExpectedRevision);
         }
         const revisions = new Map(written.map((w) => [w.stream, w.nextExpectedRevision]));
         results.forEach((r, i) => {
@@ -150,30 +150,44 @@ export class KeyCommandHandler {
     }
   }
 
+  /**
+   * Decides in order, each command seeing the events of those before it on its stream: they are
+   * applied to the loaded state in place (a Scratch), which is put back before this returns. It
+   * MUST stay synchronous: no other caller may see the state while it is changed.
+   */
   private decideAll(items: readonly KeyCommand[], loaded: ReadonlyMap<string, Loaded>, now: number) {
-    const states = new Map<string, KeyState>([...loaded].map(([s, l]) => [s, l.state]));
+    const scratches = new Map<string, Scratch>();
+    const decided = new Map<string, KeyEvent[]>();
     const pending = new Map<string, EventToAppend[]>();
-    const results: CommandResult[] = items.map(({ stream, command, metadata }) => {
-      const state = states.get(stream)!;
-      const decision = decide(command, state, now);
-      if (E.isLeft(decision)) {
-        this.log.info({ ...logFields(stream, command), refusal: decision.left.tag }, describeDomainError(decision.left));
-        return decision;
-      }
-      const events = decision.right;
-      states.set(stream, fold(state, events));
-      const list = pending.get(stream) ?? [];
-      for (const event of events) list.push(this.toStored(stream, event, metadata));
-      pending.set(stream, list);
-      return E.right({ events, revision: loaded.get(stream)!.revision });
-    });
+    let results: CommandResult[];
+    try {
+      results = items.map(({ stream, command, metadata }) => {
+        const state = loaded.get(stream)!.state;
+        const decision = decideInPlace(command, state, now);
+        if (E.isLeft(decision)) {
+          this.log.info({ ...logFields(stream, command), refusal: decision.left.tag }, describeDomainError(decision.left));
+          return decision;
+        }
+        const events = decision.right;
+        const scratch = scratches.get(stream) ?? new Scratch(state as Draft);
+        scratches.set(stream, scratch);
+        for (const event of events) scratch.apply(event);
+        decided.set(stream, [...(decided.get(stream) ?? []), ...events]);
+        const list = pending.get(stream) ?? [];
+        for (const event of events) list.push(this.toStored(stream, event, metadata));
+        pending.set(stream, list);
+        return E.right({ events, revision: loaded.get(stream)!.revision });
+      });
+    } finally {
+      for (const scratch of scratches.values()) scratch.rollback();
+    }
     const appends: StreamAppend[] = [...pending]
       .filter(([, events]) => events.length > 0)
       .map(([stream, events]) => {
         const revision = loaded.get(stream)!.revision;
         return { stream, expected: revision, events };
       });
-    return { results, appends, states };
+    return { results, appends, decided };
   }
 
   private toStored(stream: string, event: KeyEvent, metadata: JsonObject | undefined): EventToAppend {

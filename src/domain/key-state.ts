@@ -190,6 +190,39 @@ export const apply = (d: Draft, event: KeyEvent): void => {
   }
 };
 
+/**
+ * Applies events to a state IN PLACE and can put it back exactly as it was: a decision (or a batch
+ * of them) on a key with thousands of jobs then costs what its events touch, not a copy of the job
+ * table. Only for a state its caller owns, and rolled back before anyone else can see it.
+ */
+export class Scratch {
+  /** Each job's value before its first change here; undefined: it did not exist. */
+  private readonly before = new Map<string, JobState | undefined>();
+  private readonly scalars: Pick<KeyState, 'limit' | 'leaseMs' | 'nextSeq' | 'admissions'>;
+
+  constructor(readonly draft: Draft) {
+    const { limit, leaseMs, nextSeq, admissions } = draft;
+    this.scalars = { limit, leaseMs, nextSeq, admissions };
+  }
+
+  apply(event: KeyEvent): void {
+    if ('jobId' in event.data) {
+      const { jobId } = event.data;
+      if (!this.before.has(jobId)) this.before.set(jobId, Object.hasOwn(this.draft.jobs, jobId) ? this.draft.jobs[jobId] : undefined);
+    }
+    apply(this.draft, event);
+  }
+
+  rollback(): void {
+    for (const [jobId, job] of this.before) {
+      if (job === undefined) delete this.draft.jobs[jobId];
+      else this.draft.jobs[jobId] = job;
+    }
+    this.before.clear();
+    Object.assign(this.draft, this.scalars);
+  }
+}
+
 export const fold = (state: KeyState, events: readonly KeyEvent[]): KeyState => {
   if (events.length === 0) return state;
   const d = draftOf(state);

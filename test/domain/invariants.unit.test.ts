@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
+import { isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
 import * as E from 'fp-ts/lib/Either.js';
 import { describe, expect, it } from 'vitest';
 import { decodeCommand, type Command } from '../../src/domain/commands.js';
-import { decide } from '../../src/domain/decide/index.js';
+import { decide, decideInPlace } from '../../src/domain/decide/index.js';
 import { KeyEvent } from '../../src/domain/events.js';
 import { KeyStateCodec, fold, holders, initialKeyState, jobsIn, type KeyState } from '../../src/domain/key-state.js';
 import {
@@ -444,6 +445,19 @@ const handoffStartsOnlyWhatItPromoted = (trace: Trace): void => {
   }
 };
 
+/**
+ * The command handler decides in place (decideInPlace: no copy of the job table): the same
+ * decision as the pure decide, and the state it was given is exactly as it was afterwards.
+ */
+const inPlaceDecidesTheSame = (trace: Trace): void => {
+  for (const step of trace.steps) {
+    const own = JSON.parse(JSON.stringify(step.before)) as KeyState;
+    const result = decideInPlace(step.command, own, step.now);
+    if (!isDeepStrictEqual(result, step.result)) violation(trace, step, `decideInPlace decided ${JSON.stringify(result)}, decide ${JSON.stringify(step.result)}`);
+    if (!isDeepStrictEqual(own, JSON.parse(JSON.stringify(step.before)))) violation(trace, step, 'decideInPlace left the state changed');
+  }
+};
+
 describe('key stream invariants (DESIGN.md), over random command sequences with a random clock', () => {
   it('1. holders ≤ limit after every admission (a lowered limit admits no one until holders drop below it)', () => {
     check(holdersWithinLimitAfterEveryAdmission);
@@ -500,6 +514,10 @@ describe('key stream decisions, over the same random sequences', () => {
 
   it('a direct handoff starts only the first job its release promoted onto the worker\'s queue', () => {
     check(handoffStartsOnlyWhatItPromoted);
+  }, TIMEOUT_MS);
+
+  it('deciding in place (the command handler\'s path) decides the same and leaves the state as it was', () => {
+    check(inPlaceDecidesTheSame);
   }, TIMEOUT_MS);
 
   it('ExpireLeases reclaims every expired holder in one command and no live one', () => {

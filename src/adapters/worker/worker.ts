@@ -240,8 +240,11 @@ export class Worker {
     }
     this.running.set(leaseId, run);
     void run.done.finally(() => {
+      const wasFull = this.running.size >= this.concurrency;
       this.running.delete(leaseId);
-      this.wakeup.wake();
+      // Only a loop held back by a full worker has something to read now; one with free slots was
+      // already waiting for a notification (a wake here would cost a read of an empty queue per job).
+      if (wasFull && this.running.size < this.concurrency) this.wakeup.wake();
     });
   }
 

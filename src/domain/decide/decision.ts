@@ -2,24 +2,29 @@ import * as E from 'fp-ts/lib/Either.js';
 import { retryDelayMs } from '../backoff.js';
 import type { DomainError } from '../errors.js';
 import { mk, type EventData, type KeyEvent, type KeyEventType, type ReleaseReason } from '../events.js';
-import { apply, draftOf, holderCount, nextParked, type Draft, type JobEntry, type KeyState } from '../key-state.js';
+import { apply, holderCount, nextParked, type Draft, type JobEntry, type KeyState } from '../key-state.js';
 
 // The steps every decision is made of. A Decision records events and folds each one at once, so a
 // later step (promotion after a release, the second job of a batch) sees what the earlier ones did:
 // this is what makes "release and hand the slot over" a single append.
 export class Decision {
   readonly events: KeyEvent[] = [];
-  /** The key's state as the events so far leave it: a draft of our own, so each event costs O(1). */
+  /** The key's state as the events so far leave it, changed in place, so each event costs O(1). */
   private readonly draft: Draft;
   /** Holders, kept as events are emitted rather than counted on every admission. */
   private holding: number;
 
+  /**
+   * `apply` folds each emitted event into `draft`: a copy of the key's state (decide) or the
+   * caller's own state through a Scratch that is rolled back afterwards (decideInPlace).
+   */
   constructor(
-    state: KeyState,
+    draft: Draft,
     readonly now: number,
+    private readonly applyEvent: (event: KeyEvent) => void = (event) => apply(draft, event),
   ) {
-    this.draft = draftOf(state);
-    this.holding = holderCount(state);
+    this.draft = draft;
+    this.holding = holderCount(draft);
   }
 
   get state(): KeyState {
@@ -29,7 +34,7 @@ export class Decision {
   emit<T extends KeyEventType>(type: T, data: Omit<EventData<T>, 'at'>): void {
     const event = mk(type, { ...data, at: this.now } as unknown as EventData<T>);
     this.events.push(event);
-    apply(this.draft, event);
+    this.applyEvent(event);
     if (event.type === 'SlotAcquired' || event.type === 'JobPromoted') this.holding += 1;
     else if (event.type === 'SlotReleased') this.holding -= 1;
   }

@@ -2,7 +2,7 @@ import type { Either } from 'fp-ts/lib/Either.js';
 import type { Command } from '../commands.js';
 import type { DomainError } from '../errors.js';
 import type { KeyEvent } from '../events.js';
-import type { KeyState } from '../key-state.js';
+import { Scratch, draftOf, type Draft, type KeyState } from '../key-state.js';
 import { admitDue } from './admit-due.js';
 import { cancel } from './cancel.js';
 import { complete } from './complete.js';
@@ -18,8 +18,24 @@ import { start } from './start.js';
 import { yieldSlot } from './yield.js';
 
 /** The key's decider: pure, with time passed in. An empty list means "nothing to do". */
-export const decide = (command: Command, state: KeyState, now: number): Either<DomainError, readonly KeyEvent[]> => {
-  const d = new Decision(state, now);
+export const decide = (command: Command, state: KeyState, now: number): Either<DomainError, readonly KeyEvent[]> =>
+  decideWith(command, new Decision(draftOf(state), now));
+
+/**
+ * The same decision without copying the key's job table: `state` (which the caller owns) is
+ * changed while the decision runs and put back as it was before this returns. For the command
+ * handler, whose keys may hold thousands of jobs; the result equals decide()'s.
+ */
+export const decideInPlace = (command: Command, state: KeyState, now: number): Either<DomainError, readonly KeyEvent[]> => {
+  const scratch = new Scratch(state as Draft);
+  try {
+    return decideWith(command, new Decision(scratch.draft, now, (event) => scratch.apply(event)));
+  } finally {
+    scratch.rollback();
+  }
+};
+
+const decideWith = (command: Command, d: Decision): Either<DomainError, readonly KeyEvent[]> => {
   switch (command.type) {
     case 'Enqueue':
     case 'EnqueueMany':
