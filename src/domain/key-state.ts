@@ -52,11 +52,13 @@ export const KeyStateCodec = t.type({
   nextSeq: t.number,
   /** Admissions so far: numbers the lease ids, so each admission's lease is distinct. */
   admissions: t.number,
+  /** Jobs holding a slot now (kept by apply, so an admission needs no count over every job). */
+  holding: t.number,
   jobs: t.record(t.string, JobState),
 });
 export type KeyState = t.TypeOf<typeof KeyStateCodec>;
 
-export const initialKeyState: KeyState = { limit: 0, leaseMs: 0, nextSeq: 0, admissions: 0, jobs: {} };
+export const initialKeyState: KeyState = { limit: 0, leaseMs: 0, nextSeq: 0, admissions: 0, holding: 0, jobs: {} };
 
 export type JobEntry = JobState & { readonly jobId: string };
 
@@ -97,12 +99,6 @@ export const nextParked = (state: KeyState, n: number): JobEntry[] => {
   return best.map(({ jobId, job }) => ({ ...job, jobId }));
 };
 
-/** How many jobs hold a slot. */
-export const holderCount = (state: KeyState): number => {
-  let n = 0;
-  for (const jobId in state.jobs) if (state.jobs[jobId]!.lease !== null) n++;
-  return n;
-};
 
 /**
  * A state being folded: its own copy of the jobs record, changed in place event by event, so a fold
@@ -154,6 +150,7 @@ export const apply = (d: Draft, event: KeyEvent): void => {
     case 'JobPromoted': {
       const { leaseId, expiresAt, at } = event.data;
       d.admissions += 1;
+      d.holding += 1;
       return setJob(d, event.data.jobId, (job) => ({
         ...job,
         status: 'holding',
@@ -176,6 +173,7 @@ export const apply = (d: Draft, event: KeyEvent): void => {
       // A yield hands the attempt back: the job did not fail, the worker stopped.
       return setJob(d, event.data.jobId, (job) => ({ ...job, attempts: job.lease?.workerId != null ? job.attempts - 1 : job.attempts }));
     case 'SlotReleased':
+      d.holding -= 1;
       return setJob(d, event.data.jobId, (job) => (job.status === 'finishing' ? undefined : { ...job, status: 'pending', lease: null }));
     case 'JobCompleted':
     case 'JobDead':
@@ -198,11 +196,11 @@ export const apply = (d: Draft, event: KeyEvent): void => {
 export class Scratch {
   /** Each job's value before its first change here; undefined: it did not exist. */
   private readonly before = new Map<string, JobState | undefined>();
-  private readonly scalars: Pick<KeyState, 'limit' | 'leaseMs' | 'nextSeq' | 'admissions'>;
+  private readonly scalars: Pick<KeyState, 'limit' | 'leaseMs' | 'nextSeq' | 'admissions' | 'holding'>;
 
   constructor(readonly draft: Draft) {
-    const { limit, leaseMs, nextSeq, admissions } = draft;
-    this.scalars = { limit, leaseMs, nextSeq, admissions };
+    const { limit, leaseMs, nextSeq, admissions, holding } = draft;
+    this.scalars = { limit, leaseMs, nextSeq, admissions, holding };
   }
 
   apply(event: KeyEvent): void {

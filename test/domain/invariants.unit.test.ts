@@ -458,6 +458,13 @@ const inPlaceDecidesTheSame = (trace: Trace): void => {
   }
 };
 
+/** The state's holding counter (what admission checks against the limit) is the number of holders. */
+const holdingCounterIsTheHolders = (trace: Trace): void => {
+  for (const step of trace.steps) {
+    if (step.after.holding !== holders(step.after).length) violation(trace, step, `holding is ${step.after.holding}, holders are ${holders(step.after).length}`);
+  }
+};
+
 describe('key stream invariants (DESIGN.md), over random command sequences with a random clock', () => {
   it('1. holders ≤ limit after every admission (a lowered limit admits no one until holders drop below it)', () => {
     check(holdersWithinLimitAfterEveryAdmission);
@@ -518,6 +525,10 @@ describe('key stream decisions, over the same random sequences', () => {
 
   it('deciding in place (the command handler\'s path) decides the same and leaves the state as it was', () => {
     check(inPlaceDecidesTheSame);
+  }, TIMEOUT_MS);
+
+  it('the holding counter always equals the number of holders', () => {
+    check(holdingCounterIsTheHolders);
   }, TIMEOUT_MS);
 
   it('ExpireLeases reclaims every expired holder in one command and no live one', () => {

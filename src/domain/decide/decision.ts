@@ -2,7 +2,7 @@ import * as E from 'fp-ts/lib/Either.js';
 import { retryDelayMs } from '../backoff.js';
 import type { DomainError } from '../errors.js';
 import { mk, type EventData, type KeyEvent, type KeyEventType, type ReleaseReason } from '../events.js';
-import { apply, holderCount, nextParked, type Draft, type JobEntry, type KeyState } from '../key-state.js';
+import { apply, nextParked, type Draft, type JobEntry, type KeyState } from '../key-state.js';
 
 // The steps every decision is made of. A Decision records events and folds each one at once, so a
 // later step (promotion after a release, the second job of a batch) sees what the earlier ones did:
@@ -11,8 +11,6 @@ export class Decision {
   readonly events: KeyEvent[] = [];
   /** The key's state as the events so far leave it, changed in place, so each event costs O(1). */
   private readonly draft: Draft;
-  /** Holders, kept as events are emitted rather than counted on every admission. */
-  private holding: number;
 
   /**
    * `apply` folds each emitted event into `draft`: a copy of the key's state (decide) or the
@@ -24,7 +22,6 @@ export class Decision {
     private readonly applyEvent: (event: KeyEvent) => void = (event) => apply(draft, event),
   ) {
     this.draft = draft;
-    this.holding = holderCount(draft);
   }
 
   get state(): KeyState {
@@ -35,8 +32,6 @@ export class Decision {
     const event = mk(type, { ...data, at: this.now } as unknown as EventData<T>);
     this.events.push(event);
     this.applyEvent(event);
-    if (event.type === 'SlotAcquired' || event.type === 'JobPromoted') this.holding += 1;
-    else if (event.type === 'SlotReleased') this.holding -= 1;
   }
 
   job(jobId: string): JobEntry | undefined {
@@ -49,7 +44,7 @@ export class Decision {
   }
 
   private hasFreeSlot(): boolean {
-    return this.holding < this.draft.limit;
+    return this.draft.holding < this.draft.limit;
   }
 
   /** A due job takes a free slot or parks. Parked jobs are only ever waiting when the key is full (invariant 2), so a free slot means nobody is ahead. */
@@ -63,7 +58,7 @@ export class Decision {
 
   /** Hands every free slot to parked jobs in promotion order. Runs after anything that frees a slot or raises the limit. */
   fillSlots(): void {
-    for (const next of nextParked(this.state, this.draft.limit - this.holding)) {
+    for (const next of nextParked(this.state, this.draft.limit - this.draft.holding)) {
       if (!this.hasFreeSlot()) return;
       this.emit('JobPromoted', {
         jobId: next.jobId,
