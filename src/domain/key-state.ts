@@ -79,25 +79,55 @@ export const holders = (state: KeyState): JobEntry[] => entries(state, (j) => j.
 /** Promotion order: smaller priority first, then enqueue order. */
 export const byPromotionOrder = (a: JobEntry, b: JobEntry): number => a.priority - b.priority || a.seq - b.seq;
 
-export const parkedInOrder = (state: KeyState): JobEntry[] => jobsIn(state, 'parked').sort(byPromotionOrder);
+// The parked jobs of a state in promotion order, kept BESIDE it (not in its JSON): a key with a
+// long backlog would otherwise scan every job on each promotion. Built on first use; apply keeps it
+// in order as jobs are parked and leave parking (a parked job's priority and seq never change), and
+// Scratch saves and restores it. A copy (draftOf, fold) starts without one.
+const parkedIndexes = new WeakMap<KeyState, string[]>();
 
-/** The first `n` parked jobs in promotion order, without sorting them all when n is small (a release promotes one). */
-export const nextParked = (state: KeyState, n: number): JobEntry[] => {
-  if (n <= 0) return [];
-  if (n > 8) return parkedInOrder(state).slice(0, n);
-  const best: { readonly jobId: string; readonly job: JobState }[] = [];
-  const before = (a: JobState, b: JobState) => a.priority < b.priority || (a.priority === b.priority && a.seq < b.seq);
-  for (const jobId in state.jobs) {
-    const job = state.jobs[jobId]!;
-    if (job.status !== 'parked') continue;
-    if (best.length === n && !before(job, best[n - 1]!.job)) continue;
-    let i = Math.min(best.length, n - 1);
-    while (i > 0 && before(job, best[i - 1]!.job)) i--;
-    best.splice(i, 0, { jobId, job });
-    if (best.length > n) best.pop();
+const precedes = (a: JobState, b: JobState): boolean => a.priority < b.priority || (a.priority === b.priority && a.seq < b.seq);
+
+/** Where a job with `job`'s priority and seq is, or goes, in the index (binary search). */
+const positionIn = (index: readonly string[], jobs: Readonly<Record<string, JobState>>, job: JobState): number => {
+  let lo = 0;
+  let hi = index.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (precedes(jobs[index[mid]!]!, job)) lo = mid + 1;
+    else hi = mid;
   }
-  return best.map(({ jobId, job }) => ({ ...job, jobId }));
+  return lo;
 };
+
+const parkedIndex = (state: KeyState): string[] => {
+  let index = parkedIndexes.get(state);
+  if (index === undefined) {
+    index = jobsIn(state, 'parked').sort(byPromotionOrder).map((j) => j.jobId);
+    parkedIndexes.set(state, index);
+  }
+  return index;
+};
+
+/** Keeps a state's parked index (if it has one) in order as a job moves into or out of parking. */
+const reindex = (d: Draft, jobId: string, job: JobState | undefined, next: JobState | undefined): void => {
+  const index = parkedIndexes.get(d);
+  const was = job?.status === 'parked';
+  const is = next?.status === 'parked';
+  if (index === undefined || was === is) return;
+  if (was) {
+    const at = positionIn(index, d.jobs, job!);
+    if (index[at] !== jobId) throw new Error(`parked index of the key lost job ${jobId}`);
+    index.splice(at, 1);
+  } else {
+    index.splice(positionIn(index, d.jobs, next!), 0, jobId);
+  }
+};
+
+export const parkedInOrder = (state: KeyState): JobEntry[] => nextParked(state, Infinity);
+
+/** The first `n` parked jobs in promotion order. */
+export const nextParked = (state: KeyState, n: number): JobEntry[] =>
+  n <= 0 ? [] : parkedIndex(state).slice(0, n).map((jobId) => ({ ...state.jobs[jobId]!, jobId }));
 
 
 /**
@@ -114,6 +144,7 @@ const setJob = (d: Draft, jobId: string, update: (job: JobState) => JobState | u
   const job = d.jobs[jobId];
   if (job === undefined) return;
   const next = update(job);
+  reindex(d, jobId, job, next);
   if (next === undefined) delete d.jobs[jobId];
   else d.jobs[jobId] = next;
 };
@@ -198,9 +229,13 @@ export class Scratch {
   private readonly before = new Map<string, JobState | undefined>();
   private readonly scalars: Pick<KeyState, 'limit' | 'leaseMs' | 'nextSeq' | 'admissions' | 'holding'>;
 
+  /** The parked index as it was (built here if the state had none, so it is kept from now on). */
+  private readonly parked: string[];
+
   constructor(readonly draft: Draft) {
     const { limit, leaseMs, nextSeq, admissions, holding } = draft;
     this.scalars = { limit, leaseMs, nextSeq, admissions, holding };
+    this.parked = parkedIndex(draft).slice();
   }
 
   apply(event: KeyEvent): void {
@@ -218,6 +253,7 @@ export class Scratch {
     }
     this.before.clear();
     Object.assign(this.draft, this.scalars);
+    parkedIndexes.set(this.draft, this.parked);
   }
 }
 

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { decodeCommand, type Command } from '../../src/domain/commands.js';
 import { decide, decideInPlace } from '../../src/domain/decide/index.js';
 import { KeyEvent } from '../../src/domain/events.js';
-import { KeyStateCodec, fold, holders, initialKeyState, jobsIn, type KeyState } from '../../src/domain/key-state.js';
+import { KeyStateCodec, apply, byPromotionOrder, fold, holders, initialKeyState, jobsIn, parkedInOrder, type Draft, type KeyState } from '../../src/domain/key-state.js';
 import {
   forEachEvent,
   jobIdOf,
@@ -458,6 +458,21 @@ const inPlaceDecidesTheSame = (trace: Trace): void => {
   }
 };
 
+/**
+ * The parked index a long-lived state keeps beside it (moved on in place, as the command handler's
+ * states are) gives the promotion order a full sort of the parked jobs gives, after every step.
+ */
+const parkedIndexFollowsInPlaceChanges = (trace: Trace): void => {
+  const live = JSON.parse(JSON.stringify(initialKeyState)) as KeyState;
+  for (const step of trace.steps) {
+    const result = decideInPlace(step.command, live, step.now);
+    if (E.isRight(result)) for (const event of result.right) apply(live as Draft, event);
+    const indexed = parkedInOrder(live).map((j) => j.jobId);
+    const sorted = jobsIn(live, 'parked').sort(byPromotionOrder).map((j) => j.jobId);
+    if (indexed.join() !== sorted.join()) violation(trace, step, `parked index [${indexed.join(', ')}], promotion order [${sorted.join(', ')}]`);
+  }
+};
+
 /** The state's holding counter (what admission checks against the limit) is the number of holders. */
 const holdingCounterIsTheHolders = (trace: Trace): void => {
   for (const step of trace.steps) {
@@ -525,6 +540,10 @@ describe('key stream decisions, over the same random sequences', () => {
 
   it('deciding in place (the command handler\'s path) decides the same and leaves the state as it was', () => {
     check(inPlaceDecidesTheSame);
+  }, TIMEOUT_MS);
+
+  it('the parked index of a state changed in place stays in promotion order', () => {
+    check(parkedIndexFollowsInPlaceChanges);
   }, TIMEOUT_MS);
 
   it('the holding counter always equals the number of holders', () => {
