@@ -8,7 +8,8 @@ import type { Command } from '../domain/commands.js';
 import type { EventStore, JsonObject } from '../domain/ports/event-store.js';
 import type { Logger } from '../domain/ports/logger.js';
 import { keyStream } from '../domain/streams.js';
-import { HANDED_OFF_SQL, createDispatcher } from '../projections/dispatcher.js';
+import { HANDED_OFF_SQL, LEASE_LOST_CHANNEL, createDispatcher } from '../projections/dispatcher.js';
+import { NotificationListener } from './postgres/listener.js';
 import { createReadModelProjections } from '../projections/read-models.js';
 import type { Projection } from '../projections/projection.js';
 import { AsyncProjectionRunner, inlineProjections, type SendMessages } from '../projections/runner.js';
@@ -165,6 +166,15 @@ export class Ledger {
       [jobIds],
     );
     return rows[0]?.n ?? 0;
+  }
+
+  /** Lease ids taken from their holders, as the dispatcher announces them (LEASE_LOST_CHANNEL). */
+  watchLostLeases(lost: (leaseId: string) => void): { stop(): Promise<void> } {
+    const listener = new NotificationListener(this.pool.options, LEASE_LOST_CHANNEL, (leaseId) => {
+      if (leaseId) lost(leaseId);
+    });
+    listener.start();
+    return { stop: () => listener.close() };
   }
 
   /** Name, args and key of jobs a worker started by direct handoff (src/projections/dispatcher.ts). */

@@ -4,6 +4,14 @@ import { isLedgerStream, statement, type ProjectedEvent, type Projection, type S
 /** The dispatcher's projection name (projection_streams). */
 export const DISPATCHER = 'dispatcher';
 
+/**
+ * NOTIFY channel on which the dispatcher announces a lease taken from its holder (LeaseRevoked,
+ * LeaseExpired; the payload is the lease id), at the commit that takes it: the worker running it
+ * aborts the handler's signal at once instead of at its next renewal (up to lease/3 later). A
+ * hint: a notice lost with a listening connection leaves that to the renewal, as before.
+ */
+export const LEASE_LOST_CHANNEL = 'jobledger_lease_lost';
+
 /** What the dispatcher puts on the job's queue for each admission (SlotAcquired, JobPromoted). */
 export interface DispatchMessage {
   readonly jobId: string;
@@ -109,13 +117,14 @@ export const projectDispatch = ({ event, stream, key }: ProjectedEvent): readonl
     case 'ParkedDiscarded':
       // Finished: no admission can follow.
       return [statement(`DELETE FROM dispatch_jobs WHERE job_id = $1`, event.data.jobId)];
+    case 'LeaseExpired':
+    case 'LeaseRevoked':
+      return [statement(`SELECT pg_notify('${LEASE_LOST_CHANNEL}', $1)`, event.data.leaseId)];
     case 'KeyLimitSet':
     case 'JobParked':
     case 'JobScheduled':
     case 'LeaseRenewed':
     case 'JobFailed':
-    case 'LeaseExpired':
-    case 'LeaseRevoked':
     case 'SlotReleased':
       return [];
   }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { mk, type EventOf, type KeyEvent, type KeyEventType } from '../../src/domain/events.js';
-import { createDispatcher, projectDispatch } from '../../src/projections/dispatcher.js';
+import { LEASE_LOST_CHANNEL, createDispatcher, projectDispatch } from '../../src/projections/dispatcher.js';
 import { isLedgerStream, keyOfStream, type ProjectedEvent, type Statement } from '../../src/projections/projection.js';
 import { createReadModelProjections, projectReadModels } from '../../src/projections/read-models.js';
 
@@ -132,8 +132,14 @@ describe('dispatcher', () => {
     for (const type of ['JobCompleted', 'JobDead', 'JobCancelled', 'ParkedDiscarded'] as const) {
       expect(projectDispatch(on(samples[type]))).toEqual([{ text: 'DELETE FROM dispatch_jobs WHERE job_id = $1', values: ['j1'] }]);
     }
-    for (const type of ['KeyLimitSet', 'JobParked', 'JobScheduled', 'LeaseRenewed', 'JobFailed', 'LeaseExpired', 'LeaseRevoked', 'SlotReleased'] as const) {
+    for (const type of ['KeyLimitSet', 'JobParked', 'JobScheduled', 'LeaseRenewed', 'JobFailed', 'SlotReleased'] as const) {
       expect(projectDispatch(on(samples[type]))).toEqual([]);
+    }
+  });
+
+  it('announces a lease taken from its holder (revoked, expired) on the lease-lost channel, with the lease id', () => {
+    for (const type of ['LeaseExpired', 'LeaseRevoked'] as const) {
+      expect(projectDispatch(on(samples[type]))).toEqual([{ text: `SELECT pg_notify('${LEASE_LOST_CHANNEL}', $1)`, values: ['j1:1'] }]);
     }
   });
 

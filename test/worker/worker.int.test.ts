@@ -155,6 +155,25 @@ describe('worker', () => {
     ]);
   });
 
+  it('a revoked lease aborts its handler at once, not at its next renewal (heartbeat off here: nothing else could tell it)', async () => {
+    let aborted: unknown;
+    const worker = ledger.worker({
+      handlers: { hold: async (_args: unknown, ctx: JobContext) => new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => ((aborted = ctx.signal.reason), resolve()))) },
+      heartbeat: false,
+    });
+    worker.start();
+    await ledger.enqueue({ name: 'hold', key: 'revoked-now', limit: 1, leaseMs: 60_000, jobId: 'held' });
+    await until(() => eventsOf('revoked-now'), (es) => es.some((e) => e.type === 'JobStarted'), 'the job to start');
+    expect(await ledger.release({ key: 'revoked-now', jobId: 'held', by: 'ops' })).toEqual({ released: ['held'] });
+    await until(async () => aborted, (reason) => reason !== undefined, 'the handler to be aborted');
+    expect(String(aborted)).toContain('held:1 was revoked or expired');
+    await worker.stop();
+    // its end reported nothing: the ledger shows the revocation and no completion or failure
+    const types = (await eventsOf('revoked-now')).map((e) => e.type);
+    expect(types).toContain('LeaseRevoked');
+    expect(types.filter((t) => t === 'JobCompleted' || t === 'JobFailed')).toEqual([]);
+  });
+
   it('graceful stop lets a running handler finish within the grace period and yields the rest without burning an attempt', async () => {
     const worker = ledger.worker({
       handlers: {

@@ -20,6 +20,8 @@ export interface CommandExecutor {
   readonly directHandoff: boolean;
   /** Name, args and key of jobs a worker started by direct handoff (their admissions got no message). */
   handedOffJobs(jobIds: readonly string[]): Promise<readonly HandedOffJob[]>;
+  /** Calls `lost` with the lease id of each lease taken from its holder (revoked, expired), soon after it is. */
+  watchLostLeases(lost: (leaseId: string) => void): { stop(): Promise<void> };
 }
 
 export interface HandedOffJob {
@@ -103,6 +105,8 @@ export class Worker {
   private readonly renewals: Batcher<Running, boolean>;
   private readonly finishes: Batcher<{ readonly run: Running; readonly finish: Finish }, void>;
   private loop: Promise<void> | undefined;
+  /** Aborts a running handler as soon as its lease is taken away; on until stop() has finished. */
+  private leaseWatch: { stop(): Promise<void> } | undefined;
   private stopping = false;
   private readonly wakeup = new Wakeup();
 
@@ -134,6 +138,12 @@ export class Worker {
   start(): void {
     if (this.loop) return;
     const listener = this.queue.listen(this.queueName, () => this.wakeup.wake());
+    this.leaseWatch = this.ledger.watchLostLeases((leaseId) => {
+      const run = this.running.get(leaseId);
+      if (run === undefined || run.controller.signal.aborted) return;
+      this.log.warn({ jobId: run.jobId, leaseId }, 'lease revoked or expired: handler aborted');
+      this.release(run, `lease ${leaseId} was revoked or expired`);
+    });
     this.loop = this.readLoop().finally(() => listener.stop());
   }
 
@@ -155,6 +165,7 @@ export class Worker {
       await this.archive(left);
     }
     await this.finishes.drain();
+    await this.leaseWatch?.stop();
   }
 
   private async readLoop(): Promise<void> {
