@@ -141,7 +141,9 @@ describe('PostgresEventStore', () => {
         inline.append(`${p}b`, 'no_stream', [event('B')]),
       ]);
       expect(results.map((r) => r.nextExpectedRevision)).toEqual([0, 0]);
-      expect(calls).toBe(3);
+      // At least one re-run: PostgreSQL picks a victim per deadlock, and a loaded machine may see
+      // the retry collide again; the rows show that each committed append ran its handler once.
+      expect(calls).toBeGreaterThanOrEqual(3);
       const { rows } = await pool.query('SELECT n FROM counters ORDER BY id');
       expect(rows).toEqual([{ n: 2 }, { n: 2 }]);
     });
