@@ -17,7 +17,7 @@ export interface ByFlag {
   readonly by: string;
 }
 
-export const withBy = (command: Command): Command => command.option('--by <who>', 'who is doing this, recorded in the ledger (default: the OS user)', osUser());
+export const withBy = (command: Command): Command => command.option('--by <who>', 'who is doing this, recorded in the ledger (the OS user when not given)', osUser());
 
 /** Recorded as each event's metadata: where the action came from. */
 export const CLI_METADATA = { via: 'cli' } as const;

@@ -116,7 +116,7 @@ export const registerReplay = (program: Command, ctx: CommandContext): void => {
       print({ json: flags.json === true }, { projections: results }, () => results.map(human).join('\n'));
       const differing = results.filter((r) => (r.differences?.length ?? 0) > 0);
       if (differing.length > 0) {
-        throw new Error(`${differing.map((r) => `${r.projection}: ${r.differences!.length} rows differ from the ledger`).join('; ')} (jobledger replay rebuilds them)`);
+        throw new Error(`${differing.map((r) => `${r.projection}: ${r.differences!.length} ${r.differences!.length === 1 ? "row differs" : "rows differ"} from the ledger`).join('; ')} (jobledger replay rebuilds them)`);
       }
     });
 };
