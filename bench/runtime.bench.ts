@@ -97,7 +97,7 @@ const handoff = async () =>
     // track_commit_timestamp on, the server knows when that transaction committed; otherwise the
     // transaction's start (`created`) stands for it, which adds the transaction's own duration.
     // `direct`: started in the promoting transaction itself (direct handoff), not through the queue.
-    const commitTimes = (await s.pool.query<{ on: string }>('SHOW track_commit_timestamp')).rows[0]!.on === 'on';
+    const commitTimes = (await s.pool.query<{ track_commit_timestamp: string }>('SHOW track_commit_timestamp')).rows[0]!.track_commit_timestamp === 'on';
     const from = commitTimes ? `pg_xact_commit_timestamp((e.transaction_id::text::bigint % 4294967296)::text::xid)` : 'e.created';
     const { rows } = await s.pool.query<{ ms: number; direct: boolean }>(
       `SELECT b.started_ms - (extract(epoch FROM ${from}) * 1000) AS ms,
