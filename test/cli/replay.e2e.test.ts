@@ -5,6 +5,7 @@ import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { manualClock, randomRun } from '../projections/support.js';
 import { runCli } from '../support/cli.js';
+import { silentLogger } from '../../src/domain/ports/logger.js';
 
 // `jobledger replay` as a subprocess (the built CLI) on a database after a workload.
 
@@ -14,11 +15,10 @@ const run = promisify(execFile);
 let db: MigratedDatabase;
 let ledger: Ledger;
 const clock = manualClock();
-const quiet = { child: () => quiet, error() {}, warn() {}, info() {}, debug() {}, trace() {} };
 
 beforeAll(async () => {
   db = await createMigratedDatabase(4);
-  ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: quiet });
+  ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: silentLogger });
   await randomRun(ledger, clock, { seed: 11, steps: 300, keys: ['rp:a', 'rp:b', 'rp:c', 'rp:d'], prefix: 'rp' });
 });
 

@@ -12,6 +12,7 @@ import { ProjectionBusyError, rebuild } from '../../src/projections/rebuild.js';
 import { AsyncProjectionRunner, applyBatch, loadCheckpoint, type SendMessages } from '../../src/projections/runner.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { expectOneMessagePerAdmission, expectReadModelsMatchFold, manualClock, randomRun } from './support.js';
+import { silentLogger } from '../../src/domain/ports/logger.js';
 
 let db: MigratedDatabase;
 let store: PostgresEventStore;
@@ -20,13 +21,12 @@ let send: SendMessages;
 const clock = manualClock();
 const runners: AsyncProjectionRunner[] = [];
 
-const quiet = { child: () => quiet, error() {}, warn() {}, info() {}, debug() {}, trace() {} };
 
 beforeAll(async () => {
   db = await createMigratedDatabase(20);
   store = new PostgresEventStore(db.pool);
   // Events only: the projections run from subscriptions here.
-  ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: quiet, inlineProjections: false });
+  ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: silentLogger, inlineProjections: false });
   const queue = new PgQueue(db.pool);
   send = (client, name, messages) => queue.sendBatch(name, messages, { db: client });
 });
@@ -42,7 +42,7 @@ afterAll(async () => {
 });
 
 const runner = (projection: Projection, options: { retryMs?: number; batchSize?: number } = {}) => {
-  const r = new AsyncProjectionRunner({ pool: db.pool, store, projection, send, pollIntervalMs: 50, retryMs: options.retryMs ?? 100, batchSize: options.batchSize ?? 37, logger: quiet });
+  const r = new AsyncProjectionRunner({ pool: db.pool, store, projection, send, pollIntervalMs: 50, retryMs: options.retryMs ?? 100, batchSize: options.batchSize ?? 37, logger: silentLogger });
   runners.push(r);
   r.start();
   return r;

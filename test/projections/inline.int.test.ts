@@ -14,6 +14,7 @@ import { createReadModelProjections } from '../../src/projections/read-models.js
 import { ProjectionGapError, inlineProjections } from '../../src/projections/runner.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { eventsOf, expectOneMessagePerAdmission, expectReadModelsMatchFold, manualClock, randomRun, readModelView } from './support.js';
+import { silentLogger } from '../../src/domain/ports/logger.js';
 
 let db: MigratedDatabase;
 let ledger: Ledger;
@@ -22,7 +23,7 @@ const clock = manualClock();
 beforeAll(async () => {
   // pipelined, like the ledger's own pool: the runner sends each batch's statements together
   db = await createMigratedDatabase(30, { pipeline: true });
-  ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: quiet });
+  ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: silentLogger });
 });
 
 afterAll(async () => {
@@ -30,7 +31,6 @@ afterAll(async () => {
   await db.drop();
 });
 
-const quiet = { child: () => quiet, error() {}, warn() {}, info() {}, debug() {}, trace() {} };
 
 /** Admissions that get a message: all but those a direct handoff started in the same append. */
 const ADMISSIONS_SENT = `
@@ -137,7 +137,7 @@ describe('inline projections (Ledger.open default)', () => {
   });
 
   it('10 concurrent writers (enqueue, start, complete on shared keys): exactly one message per admission', async () => {
-    const ledgers = await Promise.all(Array.from({ length: 10 }, () => createLedger({ pool: db.pool, migrate: false, logger: quiet })));
+    const ledgers = await Promise.all(Array.from({ length: 10 }, () => createLedger({ pool: db.pool, migrate: false, logger: silentLogger })));
     const keys = ['cc:a', 'cc:b', 'cc:c'];
     await Promise.all(
       ledgers.map(async (l, w) => {

@@ -13,15 +13,15 @@ import { NotRebuildableError, rebuild, rebuildSpec, replayInto } from '../../src
 import { inlineProjections } from '../../src/projections/runner.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { expectOneMessagePerAdmission, expectReadModelsMatchFold, manualClock, randomRun } from './support.js';
+import { silentLogger } from '../../src/domain/ports/logger.js';
 
 let db: MigratedDatabase;
 let ledger: Ledger;
 const clock = manualClock();
-const quiet = { child: () => quiet, error() {}, warn() {}, info() {}, debug() {}, trace() {} };
 
 beforeAll(async () => {
   db = await createMigratedDatabase(30);
-  ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: quiet });
+  ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: silentLogger });
 });
 
 afterAll(async () => {
@@ -92,7 +92,7 @@ describe('rebuild', () => {
 
   it('is safe while appends with inline projections go on: afterwards the read models are still the fold', async () => {
     const keys = ['live:a', 'live:b', 'live:c'];
-    const writers = await Promise.all(Array.from({ length: 6 }, () => createLedger({ pool: db.pool, migrate: false, logger: quiet })));
+    const writers = await Promise.all(Array.from({ length: 6 }, () => createLedger({ pool: db.pool, migrate: false, logger: silentLogger })));
     let writing = true;
     const work = Promise.all(
       writers.map(async (l, w) => {

@@ -7,15 +7,15 @@ import { projectionLockSql } from '../../src/projections/runner.js';
 import { verify } from '../../src/projections/verify.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { manualClock, randomRun } from './support.js';
+import { silentLogger } from '../../src/domain/ports/logger.js';
 
 let db: MigratedDatabase;
 let ledger: Ledger;
 const clock = manualClock();
-const quiet = { child: () => quiet, error() {}, warn() {}, info() {}, debug() {}, trace() {} };
 
 beforeAll(async () => {
   db = await createMigratedDatabase(30);
-  ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: quiet });
+  ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: silentLogger });
   await randomRun(ledger, clock, { seed: 7, steps: 250, keys: ['vf:a', 'vf:b', 'vf:c'], prefix: 'vf' });
 });
 
@@ -89,7 +89,7 @@ describe('verify', () => {
 
   it('reports no difference while appends with inline projections go on: the live tables hold still during the comparison', async () => {
     const fresh = await createMigratedDatabase(12);
-    const writer = await createLedger({ pool: fresh.pool, migrate: false, logger: quiet });
+    const writer = await createLedger({ pool: fresh.pool, migrate: false, logger: silentLogger });
     try {
       let writing = true;
       const work = (async () => {

@@ -24,12 +24,8 @@ export interface CommandExecutor {
   watchLostLeases(lost: (leaseId: string) => void): { stop(): Promise<void> };
 }
 
-export interface HandedOffJob {
-  readonly jobId: string;
-  readonly key: string | null;
-  readonly name: string;
-  readonly args: unknown;
-}
+/** What a queue message would have told the worker of a job started by direct handoff. */
+export type HandedOffJob = Pick<DispatchMessage, 'jobId' | 'key' | 'name' | 'args'>;
 
 export interface WorkerOptions {
   readonly handlers: HandlerMap;
@@ -71,16 +67,10 @@ interface Running {
   heartbeat: NodeJS.Timeout | undefined;
 }
 
-/** A job the ledger has just started for this worker, ready to run. */
-interface Admitted {
+/** A job the ledger has just started for this worker, ready to run: its message's fields, and more. */
+interface Admitted extends DispatchMessage {
   readonly msgId: string | null;
   readonly stream: string;
-  readonly jobId: string;
-  readonly key: string | null;
-  readonly leaseId: string;
-  readonly name: string;
-  readonly args: unknown;
-  readonly attempt: number;
   readonly leaseMs: number;
   readonly sliceStartedAt: number;
 }
@@ -93,7 +83,10 @@ type Finish = { readonly kind: 'complete' } | { readonly kind: 'fail'; readonly 
  * renewing its lease every lease/3 (set_vt + Renew) -> Complete or Fail -> archive. Starts,
  * renewals and completions are grouped into transactions (Batcher) across keys, each key's append
  * with its own expected revision; the ledger, not the queue, decides, so a duplicate delivery
- * never runs a job twice and a reclaimed holder never frees a slot.
+ * never runs a job twice and a reclaimed holder never frees a slot. A Complete or Fail may start
+ * the job its release promotes in the same append (direct handoff, handoffSliceMs): that job runs
+ * here with no message. A lease taken away (revoked, expired) aborts its handler as soon as the
+ * dispatcher announces it.
  */
 export class Worker {
   readonly workerId: string;
