@@ -131,10 +131,10 @@ export const nextParked = (state: KeyState, n: number): JobEntry[] =>
 
 
 /**
- * A state being folded: its own copy of the jobs record, changed in place event by event, so a fold
- * costs O(jobs + events) instead of a copy of the record per event. Job objects are replaced,
- * never changed, so states handed out before share them safely. A draft never escapes this module
- * except through fold's result or a Decision (which draft their own).
+ * A state changed in place event by event: fold's own copy (O(jobs + events) instead of a copy
+ * per event), a Decision's draft, or a state its owner moves forward in place (the command
+ * handler's loader, through apply and Scratch). Job objects are replaced, never changed, so states
+ * handed out before share them safely.
  */
 export type Draft = { -readonly [K in keyof KeyState]: KeyState[K] } & { jobs: Record<string, JobState> };
 
