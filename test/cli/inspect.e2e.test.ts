@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Audit } from '../../src/commands/audit.js';
 import type { JobPage } from '../../src/adapters/postgres/queries/list-jobs.js';
 import type { KeyRow } from '../../src/adapters/postgres/queries/list-keys.js';
-import { runCli } from '../support/cli.js';
+import { expectRefused as expectRefusedBy, runCli } from '../support/cli.js';
 import { SEC, openScriptedLedger, type ScriptedLedger } from '../support/ledger.js';
 
 // `jobledger keys`, `jobs` and `audit` as subprocesses, over a history scripted in-process on the
@@ -47,14 +47,7 @@ afterAll(async () => {
   await s?.close();
 });
 
-/** Runs a command that must be refused as bad input: exit 2, the message names `named`, nothing written. */
-const expectRefused = async (args: readonly string[], named: string) => {
-  const before = await s.eventCount();
-  const result = await jobledger(...args);
-  expect(result.code, result.stderr).toBe(2);
-  expect(result.stderr).toContain(named);
-  expect(await s.eventCount()).toBe(before);
-};
+const expectRefused = (args: readonly string[], named: string) => expectRefusedBy(jobledger, () => s.eventCount(), args, named);
 
 describe('jobledger keys', () => {
   it('--json: every key with limit, use, waits and lease state', async () => {

@@ -1,7 +1,7 @@
 import { userInfo } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { keyStream } from '../../src/domain/streams.js';
-import { runCli } from '../support/cli.js';
+import { expectRefused as expectRefusedBy, runCli } from '../support/cli.js';
 import { openScriptedLedger, type ScriptedLedger } from '../support/ledger.js';
 
 // `jobledger release`, `discard`, `set-limit` and `cancel` as subprocesses against a ledger set
@@ -34,13 +34,7 @@ const keyWith = async (key: string, holder: string, parked: readonly string[]): 
 const recorded = async (key: string, fromRevision: number) =>
   (await s.ledger.store.readStream(keyStream(key), { fromRevision })).map((e) => [e.type, e.data.jobId, e.data.by ?? e.data.reason].filter((x) => x != null).join(' '));
 
-const expectRefused = async (args: readonly string[], named: string) => {
-  const before = await s.eventCount();
-  const result = await jobledger(...args);
-  expect(result.code, result.stderr).toBe(2);
-  expect(result.stderr).toContain(named);
-  expect(await s.eventCount()).toBe(before);
-};
+const expectRefused = (args: readonly string[], named: string) => expectRefusedBy(jobledger, () => s.eventCount(), args, named);
 
 describe('jobledger release', () => {
   it('revokes a live holder, recorded with who did it; the parked job takes the slot', async () => {

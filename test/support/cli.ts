@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { expect } from 'vitest';
 
 // The built CLI (npm test builds it first) as a subprocess, against a test database or the embedded PostgreSQL.
 
@@ -25,3 +26,17 @@ export const runCliWith = async (env: NodeJS.ProcessEnv, args: readonly string[]
 
 export const runCli = (databaseUrl: string, args: readonly string[], env: NodeJS.ProcessEnv = {}): Promise<CliResult> =>
   runCliWith({ DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn', ...env }, args);
+
+/** Runs a command that must be refused as bad input: exit 2, the message names `named`, and `eventCount` shows nothing written. */
+export const expectRefused = async (
+  run: (...args: string[]) => Promise<CliResult>,
+  eventCount: () => Promise<number>,
+  args: readonly string[],
+  named: string,
+): Promise<void> => {
+  const before = await eventCount();
+  const result = await run(...args);
+  expect(result.code, result.stderr).toBe(2);
+  expect(result.stderr).toContain(named);
+  expect(await eventCount()).toBe(before);
+};
