@@ -38,7 +38,8 @@ export const Enqueue = t.intersection([command('Enqueue', { job: JobSpec }), Key
 export const EnqueueMany = t.intersection([command('EnqueueMany', { jobs: t.array(JobSpec) }), KeyPolicy]);
 /** Scheduled jobs (and retries) whose time has come take a free slot or park. */
 export const AdmitDue = command('AdmitDue', {});
-export const Start = command('Start', { jobId: Id, leaseId: Id, workerId: Id });
+/** `msgId`: the dispatch message the worker read; the lease's visibility and archive follow it. */
+export const Start = withOptional(command('Start', { jobId: Id, leaseId: Id, workerId: Id }), { msgId: NonEmptyString(30) });
 export const Renew = command('Renew', { jobId: Id, leaseId: Id });
 /**
  * Direct handoff: the worker whose job just ended takes over the job its release promotes (the

@@ -21,6 +21,13 @@ export type ReleaseReason = t.TypeOf<typeof ReleaseReason>;
 const event = <T extends string, P extends t.Props>(type: T, props: P) =>
   t.type({ type: t.literal(type), data: t.exact(t.type({ ...props, at: Time })) }, type);
 
+/** An event with fields added after it first shipped: absent in older events, so optional. */
+const eventWith = <T extends string, P extends t.Props, O extends t.Props>(type: T, props: P, added: O) =>
+  t.type({ type: t.literal(type), data: t.exact(t.intersection([t.type({ ...props, at: Time }), t.partial(added)])) }, type);
+
+/** The dispatch message (queue_messages.msg_id) a lease runs under; absent for a lease started by direct handoff, which has none. */
+const MsgId = t.string;
+
 export const KeyLimitSet = event('KeyLimitSet', {
   limit: t.number,
   leaseMs: t.number,
@@ -37,23 +44,28 @@ export const JobEnqueued = event('JobEnqueued', {
   leaseMs: t.number,
   runAt: t.union([Time, t.null]),
 });
-export const SlotAcquired = event('SlotAcquired', { jobId: JobId, leaseId: LeaseId, expiresAt: Time });
+/**
+ * An admission holds its slot without expiry until a worker starts it (expiresAt null): a backlog
+ * of admitted jobs nobody has read yet costs no events and no timers. Older events carry the
+ * expiry the lease then had; it is not acted on.
+ */
+export const SlotAcquired = event('SlotAcquired', { jobId: JobId, leaseId: LeaseId, expiresAt: t.union([Time, t.null]) });
 export const JobParked = event('JobParked', { jobId: JobId });
 export const JobPromoted = event('JobPromoted', {
   jobId: JobId,
   leaseId: LeaseId,
-  expiresAt: Time,
+  /** null, as for SlotAcquired. */
+  expiresAt: t.union([Time, t.null]),
   waitedMs: t.number,
 });
 export const JobScheduled = event('JobScheduled', { jobId: JobId, runAt: Time });
-export const JobStarted = event('JobStarted', {
-  jobId: JobId,
-  leaseId: LeaseId,
-  workerId: t.string,
-  attempt: t.number,
-  expiresAt: Time,
-});
-export const LeaseRenewed = event('LeaseRenewed', { jobId: JobId, leaseId: LeaseId, expiresAt: Time });
+export const JobStarted = eventWith(
+  'JobStarted',
+  { jobId: JobId, leaseId: LeaseId, workerId: t.string, attempt: t.number, expiresAt: Time },
+  /** The message the worker read; its visibility follows the lease from here on. */
+  { msgId: MsgId },
+);
+export const LeaseRenewed = eventWith('LeaseRenewed', { jobId: JobId, leaseId: LeaseId, expiresAt: Time }, { msgId: MsgId });
 export const JobCompleted = event('JobCompleted', { jobId: JobId, leaseId: LeaseId });
 export const JobFailed = event('JobFailed', {
   jobId: JobId,
@@ -66,8 +78,10 @@ export const JobFailed = event('JobFailed', {
 export const JobDead = event('JobDead', { jobId: JobId, reason: t.string });
 export const LeaseExpired = event('LeaseExpired', { jobId: JobId, leaseId: LeaseId, expiresAt: Time });
 export const LeaseRevoked = event('LeaseRevoked', { jobId: JobId, leaseId: LeaseId, by: t.string });
-export const SlotReleased = event('SlotReleased', { jobId: JobId, leaseId: LeaseId, reason: ReleaseReason });
-export const JobYielded = event('JobYielded', { jobId: JobId, leaseId: LeaseId });
+/** With msgId: the lease's dispatch message, archived in the same transaction. */
+export const SlotReleased = eventWith('SlotReleased', { jobId: JobId, leaseId: LeaseId, reason: ReleaseReason }, { msgId: MsgId });
+/** `attempts`: the job's starts after the yield handed its attempt back (absent in older events). */
+export const JobYielded = eventWith('JobYielded', { jobId: JobId, leaseId: LeaseId }, { attempts: t.number });
 export const JobCancelled = event('JobCancelled', { jobId: JobId, by: t.string });
 export const ParkedDiscarded = event('ParkedDiscarded', { jobId: JobId, by: t.string });
 

@@ -9,9 +9,12 @@ const Lease = t.type({
   leaseId: t.string,
   /** When the slot was taken (acquired or promoted). */
   acquiredAt: t.number,
-  expiresAt: t.number,
+  /** null until a worker starts the job: an admission nobody has started never expires. */
+  expiresAt: t.union([t.number, t.null]),
   /** Set by JobStarted; null until a worker starts the job under this lease. */
   workerId: t.union([t.string, t.null]),
+  /** The dispatch message the worker started it from (JobStarted.msgId); null before, and for a direct handoff. */
+  msgId: t.union([t.string, t.null]),
 });
 export type Lease = t.TypeOf<typeof Lease>;
 
@@ -82,7 +85,7 @@ export const byPromotionOrder = (a: JobEntry, b: JobEntry): number => a.priority
 // The parked jobs of a state in promotion order, kept BESIDE it (not in its JSON): a key with a
 // long backlog would otherwise scan every job on each promotion. Built on first use; apply keeps it
 // in order as jobs are parked and leave parking (a parked job's priority and seq never change), and
-// Scratch saves and restores it. A copy (draftOf, fold) starts without one.
+// a Scratch's rollback goes back through it. A copy (draftOf, fold) starts without one.
 const parkedIndexes = new WeakMap<KeyState, string[]>();
 
 const precedes = (a: JobState, b: JobState): boolean => a.priority < b.priority || (a.priority === b.priority && a.seq < b.seq);
@@ -132,8 +135,8 @@ export const nextParked = (state: KeyState, n: number): JobEntry[] =>
 
 /**
  * A state changed in place event by event: fold's own copy (O(jobs + events) instead of a copy
- * per event), a Decision's draft, or a state its owner moves forward in place (the command
- * handler's loader, through apply and Scratch). Job objects are replaced, never changed, so states
+ * per event), a Decision's draft, or a state its owner moves forward in place (the key writer,
+ * through apply and Scratch). Job objects are replaced, never changed, so states
  * handed out before share them safely.
  */
 export type Draft = { -readonly [K in keyof KeyState]: KeyState[K] } & { jobs: Record<string, JobState> };
@@ -179,7 +182,7 @@ export const apply = (d: Draft, event: KeyEvent): void => {
     }
     case 'SlotAcquired':
     case 'JobPromoted': {
-      const { leaseId, expiresAt, at } = event.data;
+      const { leaseId, at } = event.data;
       d.admissions += 1;
       d.holding += 1;
       return setJob(d, event.data.jobId, (job) => ({
@@ -187,7 +190,8 @@ export const apply = (d: Draft, event: KeyEvent): void => {
         status: 'holding',
         runAt: null,
         parkedAt: null,
-        lease: { leaseId, acquiredAt: at, expiresAt, workerId: null },
+        // Older events gave admissions an expiry; an unstarted admission has none now, whatever the event says.
+        lease: { leaseId, acquiredAt: at, expiresAt: null, workerId: null, msgId: null },
       }));
     }
     case 'JobParked':
@@ -195,8 +199,8 @@ export const apply = (d: Draft, event: KeyEvent): void => {
     case 'JobScheduled':
       return setJob(d, event.data.jobId, (job) => ({ ...job, status: 'scheduled', runAt: event.data.runAt, parkedAt: null }));
     case 'JobStarted': {
-      const { attempt, workerId, expiresAt } = event.data;
-      return setJob(d, event.data.jobId, (job) => ({ ...job, attempts: attempt, lease: job.lease && { ...job.lease, workerId, expiresAt } }));
+      const { attempt, workerId, expiresAt, msgId } = event.data;
+      return setJob(d, event.data.jobId, (job) => ({ ...job, attempts: attempt, lease: job.lease && { ...job.lease, workerId, expiresAt, msgId: msgId ?? null } }));
     }
     case 'LeaseRenewed':
       return setJob(d, event.data.jobId, (job) => ({ ...job, lease: job.lease && { ...job.lease, expiresAt: event.data.expiresAt } }));
@@ -219,41 +223,51 @@ export const apply = (d: Draft, event: KeyEvent): void => {
   }
 };
 
+/** A point a Scratch can be rolled back to. */
+export interface ScratchMark {
+  readonly journal: number;
+  readonly scalars: Pick<KeyState, 'limit' | 'leaseMs' | 'nextSeq' | 'admissions' | 'holding'>;
+}
+
 /**
- * Applies events to a state IN PLACE and can put it back exactly as it was: a decision (or a batch
- * of them) on a key with thousands of jobs then costs what its events touch, not a copy of the job
- * table. Only for a state its caller owns, and rolled back before anyone else can see it.
+ * Applies events to a state IN PLACE and can put it back as it was at any mark: a decision (or a
+ * flush of many) on a key with thousands of jobs then costs what its events touch, not a copy of
+ * the job table. The journal keeps each job's value before each change; rolling back replays it
+ * backwards through the parked index, so the index stays in promotion order. Only for a state its
+ * caller owns, and rolled back (or kept) before anyone else can see it.
  */
 export class Scratch {
-  /** Each job's value before its first change here; undefined: it did not exist. */
-  private readonly before = new Map<string, JobState | undefined>();
-  private readonly scalars: Pick<KeyState, 'limit' | 'leaseMs' | 'nextSeq' | 'admissions' | 'holding'>;
-
-  /** The parked index as it was (built here if the state had none, so it is kept from now on). */
-  private readonly parked: string[];
+  private readonly journal: { readonly jobId: string; readonly before: JobState | undefined }[] = [];
+  readonly start: ScratchMark;
 
   constructor(readonly draft: Draft) {
-    const { limit, leaseMs, nextSeq, admissions, holding } = draft;
-    this.scalars = { limit, leaseMs, nextSeq, admissions, holding };
-    this.parked = parkedIndex(draft).slice();
+    this.start = this.mark();
+  }
+
+  mark(): ScratchMark {
+    const { limit, leaseMs, nextSeq, admissions, holding } = this.draft;
+    return { journal: this.journal.length, scalars: { limit, leaseMs, nextSeq, admissions, holding } };
   }
 
   apply(event: KeyEvent): void {
     if ('jobId' in event.data) {
       const { jobId } = event.data;
-      if (!this.before.has(jobId)) this.before.set(jobId, Object.hasOwn(this.draft.jobs, jobId) ? this.draft.jobs[jobId] : undefined);
+      this.journal.push({ jobId, before: Object.hasOwn(this.draft.jobs, jobId) ? this.draft.jobs[jobId] : undefined });
     }
     apply(this.draft, event);
   }
 
-  rollback(): void {
-    for (const [jobId, job] of this.before) {
-      if (job === undefined) delete this.draft.jobs[jobId];
-      else this.draft.jobs[jobId] = job;
+  /** Undoes every change since `mark` (default: since the Scratch was made). */
+  rollbackTo(mark: ScratchMark = this.start): void {
+    const d = this.draft;
+    while (this.journal.length > mark.journal) {
+      const { jobId, before } = this.journal.pop()!;
+      const now = Object.hasOwn(d.jobs, jobId) ? d.jobs[jobId] : undefined;
+      reindex(d, jobId, now, before);
+      if (before === undefined) delete d.jobs[jobId];
+      else d.jobs[jobId] = before;
     }
-    this.before.clear();
-    Object.assign(this.draft, this.scalars);
-    parkedIndexes.set(this.draft, this.parked);
+    Object.assign(d, mark.scalars);
   }
 }
 

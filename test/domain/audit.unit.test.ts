@@ -88,14 +88,20 @@ describe('handoffsOf', () => {
     ]);
   });
 
-  it('an expired lease that never started goes back in line and is promoted at once into a new handoff', () => {
+  it('an admission nobody started keeps its slot past its lease; a started one gone silent is expired and its job retried', () => {
     const events = play(
       [enqueue('a'), T0], // 0-2
-      [{ type: 'ExpireLeases', jitter: 0 }, T0 + LEASE], // 3 LeaseExpired, 4 SlotReleased, 5 JobParked, 6 JobPromoted a:2
+      [enqueue('b'), T0], // 3 JobEnqueued, 4 JobParked
+      [{ type: 'ExpireLeases', jitter: 0 }, T0 + 10 * LEASE], // nothing: a:1 was never started
+      [startCmd('a', 'a:1'), T0 + 10 * LEASE], // 5
+      [{ type: 'ExpireLeases', jitter: 0 }, T0 + 11 * LEASE], // 6 LeaseExpired, 7 SlotReleased, 8 JobScheduled, 9 JobPromoted b:2
     );
     expect(handoffsOf('k', events)).toEqual([
-      handoff({ jobId: 'a', leaseId: 'a:1', acquiredAt: T0, acquiredRevision: 2, releasedAt: T0 + LEASE, reason: 'expired', releasedRevision: 4 }),
-      handoff({ jobId: 'a', leaseId: 'a:2', how: 'promoted', parkedMs: 0, acquiredAt: T0 + LEASE, acquiredRevision: 6 }),
+      handoff({
+        jobId: 'a', leaseId: 'a:1', acquiredAt: T0, acquiredRevision: 2, attempt: 1, workerId: 'w1', startedAt: T0 + 10 * LEASE,
+        releasedAt: T0 + 11 * LEASE, reason: 'expired', releasedRevision: 7,
+      }),
+      handoff({ jobId: 'b', leaseId: 'b:2', how: 'promoted', parkedMs: 11 * LEASE, acquiredAt: T0 + 11 * LEASE, acquiredRevision: 9 }),
     ]);
   });
 

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { mk } from '../../src/domain/events.js';
 import {
   LEASE,
   SEC,
@@ -61,10 +62,13 @@ describe('Enqueue', () => {
       .then(enqueued(job('now', { runAt: T0 })), acquired('now', 'now:1'));
   });
 
-  it('a job with its own lease gets it', () => {
+  it('a job with its own lease gets it, counted from its start', () => {
     given(limitSet(1))
       .when({ type: 'Enqueue', job: job('slow', { leaseMs: 120 * SEC }) })
-      .then(enqueued(job('slow', { leaseMs: 120 * SEC })), acquired('slow', 'slow:1', T0, 120 * SEC));
+      .then(enqueued(job('slow', { leaseMs: 120 * SEC })), acquired('slow', 'slow:1', T0));
+    given(limitSet(1), enqueued(job('slow', { leaseMs: 120 * SEC })), acquired('slow', 'slow:1', T0))
+      .when({ type: 'Start', jobId: 'slow', leaseId: 'slow:1', workerId: 'w1' }, T0 + SEC)
+      .then(started('slow', 'slow:1', T0 + SEC, 1, 'w1', 120 * SEC));
   });
 
   it('a retried enqueue of a job already on the key records nothing new', () => {
@@ -240,7 +244,7 @@ describe('Yield', () => {
     given(...aRunningBParked)
       .when({ type: 'Yield', jobId: 'a', leaseId: 'a:1' }, T0 + 2 * SEC)
       .then(
-        yielded('a', 'a:1', T0 + 2 * SEC),
+        yielded('a', 'a:1', T0 + 2 * SEC, 0),
         released('a', 'a:1', 'yielded', T0 + 2 * SEC),
         parked('a', T0 + 2 * SEC),
         // a was enqueued first, so it is first in line again
@@ -258,14 +262,50 @@ describe('ExpireLeases', () => {
       .then(expired('a', 'a:1', at, at), released('a', 'a:1', 'expired', at), scheduled('a', at + 500, at), promoted('b', 'b:2', at, at - T0));
   });
 
-  it('a holder that never started burned no attempt and waits in line again', () => {
+  it('an admission no worker has started holds its slot however long it waits: no events, no expiry (issue 9)', () => {
     given(limitSet(1), enqueued(a), acquired('a', 'a:1'), enqueued(b), parked('b'))
-      .when({ type: 'ExpireLeases', jitter: 0 }, T0 + LEASE)
-      .then(expired('a', 'a:1', T0 + LEASE, T0 + LEASE), released('a', 'a:1', 'expired', T0 + LEASE), parked('a', T0 + LEASE), promoted('a', 'a:2', T0 + LEASE, 0));
+      .when({ type: 'ExpireLeases', jitter: 0 }, T0 + 365 * 24 * 3_600 * SEC)
+      .thenNothing();
+  });
+
+  it('an older admission that recorded an expiry is not expired by it either: only a started lease counts', () => {
+    const legacy = mk('SlotAcquired', { jobId: 'a', leaseId: 'a:1', expiresAt: T0 + LEASE, at: T0 });
+    given(limitSet(1), enqueued(a), legacy).when({ type: 'ExpireLeases', jitter: 0 }, T0 + 2 * LEASE).thenNothing();
   });
 
   it('leaves live leases alone', () => {
     given(...aRunningBParked).when({ type: 'ExpireLeases', jitter: 0 }, T0 + LEASE).thenNothing();
+  });
+});
+
+describe('the dispatch message follows its lease (issue 9: the archive is part of the append)', () => {
+  const fromMessage = [limitSet(1), enqueued(a), acquired('a', 'a:1'), enqueued(b), parked('b'), started('a', 'a:1', T0 + SEC, 1, 'w1', LEASE, '42')];
+
+  it('Start records the message it was read from', () => {
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'))
+      .when({ type: 'Start', jobId: 'a', leaseId: 'a:1', workerId: 'w1', msgId: '42' }, T0 + SEC)
+      .then(started('a', 'a:1', T0 + SEC, 1, 'w1', LEASE, '42'));
+  });
+
+  it('a renewal names it, so its visibility moves with the lease', () => {
+    given(...fromMessage).when({ type: 'Renew', jobId: 'a', leaseId: 'a:1' }, T0 + 5 * SEC).then(renewed('a', 'a:1', T0 + 5 * SEC, LEASE, '42'));
+  });
+
+  it('every release names it, whoever releases (here a completion and an expiry), so it is archived in that append', () => {
+    given(...fromMessage)
+      .when({ type: 'Complete', jobId: 'a', leaseId: 'a:1' }, T0 + 2 * SEC)
+      .then(completed('a', 'a:1', T0 + 2 * SEC), released('a', 'a:1', 'completed', T0 + 2 * SEC, '42'), promoted('b', 'b:2', T0 + 2 * SEC, 2 * SEC));
+    const at = T0 + SEC + LEASE;
+    given(...fromMessage)
+      .when({ type: 'ExpireLeases', jitter: 0 }, at)
+      .then(expired('a', 'a:1', at, at), released('a', 'a:1', 'expired', at, '42'), scheduled('a', at + 500, at), promoted('b', 'b:2', at, at - T0));
+  });
+
+  it('a job started by direct handoff has no message to name', () => {
+    const state = given(...fromMessage)
+      .when({ type: 'Complete', jobId: 'a', leaseId: 'a:1', handOffTo: { workerId: 'w1', queue: 'default' } }, T0 + 2 * SEC)
+      .state();
+    expect(state.jobs.b?.lease).toMatchObject({ leaseId: 'b:2', workerId: 'w1', msgId: null });
   });
 });
 

@@ -4,9 +4,9 @@ import fc from 'fast-check';
 import * as E from 'fp-ts/lib/Either.js';
 import { describe, expect, it } from 'vitest';
 import { decodeCommand, type Command } from '../../src/domain/commands.js';
-import { decide, decideInPlace } from '../../src/domain/decide/index.js';
+import { decide, decideInto } from '../../src/domain/decide/index.js';
 import { KeyEvent } from '../../src/domain/events.js';
-import { KeyStateCodec, apply, byPromotionOrder, fold, holders, initialKeyState, jobsIn, parkedInOrder, type Draft, type KeyState } from '../../src/domain/key-state.js';
+import { KeyStateCodec, Scratch, byPromotionOrder, fold, holders, initialKeyState, jobsIn, parkedInOrder, type Draft, type JobEntry, type KeyState } from '../../src/domain/key-state.js';
 import {
   forEachEvent,
   jobIdOf,
@@ -413,17 +413,23 @@ const decisionsAreTotalAndRefuseOnlyWhatTheyMust = (trace: Trace): void => {
   }
 };
 
-/** The sweeper frees every expired holder at once (solid_queue #502) and never a live one (solid_queue #689). */
+/** A started lease that ran out by `now`; an admission nobody started never expires. */
+const lapsed = (h: JobEntry, now: number): boolean => h.lease?.workerId != null && h.lease.expiresAt !== null && h.lease.expiresAt <= now;
+
+/**
+ * The sweeper frees every expired holder at once (solid_queue #502) and never a live one
+ * (solid_queue #689), nor an admission no worker has started yet (it holds its slot until read).
+ */
 const sweeperReclaimsExactlyTheExpired = (trace: Trace): void => {
   for (const step of trace.steps) {
     if (step.command.type !== 'ExpireLeases' || E.isLeft(step.result)) continue;
-    const expired = holders(step.before).filter((h) => h.lease !== null && h.lease.expiresAt <= step.now);
+    const expired = holders(step.before).filter((h) => lapsed(h, step.now));
     const reclaimed = step.events.filter((e) => e.type === 'LeaseExpired').map(jobIdOf);
     if (reclaimed.slice().sort().join() !== expired.map((h) => h.jobId).sort().join()) {
       violation(trace, step, `ExpireLeases at ${step.now} reclaimed [${reclaimed.join(', ')}], expired holders were [${expired.map((h) => h.jobId).join(', ')}]`);
     }
     for (const h of holders(step.after)) {
-      if (h.lease !== null && h.lease.expiresAt <= step.now) violation(trace, step, `${h.jobId} still holds a lease that expired at ${h.lease.expiresAt}`);
+      if (lapsed(h, step.now)) violation(trace, step, `${h.jobId} still holds a lease that expired at ${h.lease!.expiresAt}`);
     }
   }
 };
@@ -445,31 +451,45 @@ const handoffStartsOnlyWhatItPromoted = (trace: Trace): void => {
   }
 };
 
+const clone = <T>(x: T): T => JSON.parse(JSON.stringify(x)) as T;
+
 /**
- * The command handler decides in place (decideInPlace: no copy of the job table): the same
- * decision as the pure decide, and the state it was given is exactly as it was afterwards.
+ * The key writer decides in place (decideInto, no copy of the job table): the same decision as the
+ * pure decide; an accepted one leaves the state as decide's events fold it, a refused one leaves it
+ * as it was, and rolling the Scratch back restores it exactly.
  */
-const inPlaceDecidesTheSame = (trace: Trace): void => {
+const decideIntoDecidesTheSame = (trace: Trace): void => {
   for (const step of trace.steps) {
-    const own = JSON.parse(JSON.stringify(step.before)) as KeyState;
-    const result = decideInPlace(step.command, own, step.now);
-    if (!isDeepStrictEqual(result, step.result)) violation(trace, step, `decideInPlace decided ${JSON.stringify(result)}, decide ${JSON.stringify(step.result)}`);
-    if (!isDeepStrictEqual(own, JSON.parse(JSON.stringify(step.before)))) violation(trace, step, 'decideInPlace left the state changed');
+    const own = clone(step.before);
+    const scratch = new Scratch(own as Draft);
+    const result = decideInto(step.command, scratch, step.now);
+    if (!isDeepStrictEqual(result, step.result)) violation(trace, step, `decideInto decided ${JSON.stringify(result)}, decide ${JSON.stringify(step.result)}`);
+    if (!isDeepStrictEqual(clone(own), clone(E.isRight(step.result) ? step.after : step.before))) violation(trace, step, 'decideInto left another state than the decision folds to');
+    scratch.rollbackTo();
+    if (!isDeepStrictEqual(clone(own), clone(step.before))) violation(trace, step, 'rolling the Scratch back did not restore the state');
   }
 };
 
 /**
- * The parked index a long-lived state keeps beside it (moved on in place, as the command handler's
- * states are) gives the promotion order a full sort of the parked jobs gives, after every step.
+ * The parked index a long-lived state keeps beside it (moved on in place, as the key writer's
+ * states are, and rolled back when a flush fails) gives the promotion order a full sort of the
+ * parked jobs gives, after every step.
  */
 const parkedIndexFollowsInPlaceChanges = (trace: Trace): void => {
-  const live = JSON.parse(JSON.stringify(initialKeyState)) as KeyState;
-  for (const step of trace.steps) {
-    const result = decideInPlace(step.command, live, step.now);
-    if (E.isRight(result)) for (const event of result.right) apply(live as Draft, event);
+  const live = clone(initialKeyState) as Draft;
+  const inOrder = (step: Step, when: string) => {
     const indexed = parkedInOrder(live).map((j) => j.jobId);
     const sorted = jobsIn(live, 'parked').sort(byPromotionOrder).map((j) => j.jobId);
-    if (indexed.join() !== sorted.join()) violation(trace, step, `parked index [${indexed.join(', ')}], promotion order [${sorted.join(', ')}]`);
+    if (indexed.join() !== sorted.join()) violation(trace, step, `${when}: parked index [${indexed.join(', ')}], promotion order [${sorted.join(', ')}]`);
+  };
+  for (const step of trace.steps) {
+    const undone = new Scratch(live);
+    decideInto(step.command, undone, step.now);
+    inOrder(step, 'decided');
+    undone.rollbackTo();
+    inOrder(step, 'rolled back');
+    decideInto(step.command, new Scratch(live), step.now);
+    inOrder(step, 'decided again');
   }
 };
 
@@ -539,7 +559,7 @@ describe('key stream decisions, over the same random sequences', () => {
   }, TIMEOUT_MS);
 
   it('deciding in place (the command handler\'s path) decides the same and leaves the state as it was', () => {
-    check(inPlaceDecidesTheSame);
+    check(decideIntoDecidesTheSame);
   }, TIMEOUT_MS);
 
   it('the parked index of a state changed in place stays in promotion order', () => {

@@ -51,16 +51,16 @@ const ev =
 export const limitSet = (limit: number, at = T0, by: string | null = null, leaseMs = LEASE) =>
   ev('KeyLimitSet')({ limit, leaseMs, by }, at);
 export const enqueued = (spec: JobSpec, at = T0) => ev('JobEnqueued')({ ...spec, leaseMs: spec.leaseMs ?? LEASE }, at);
-export const acquired = (jobId: string, leaseId: string, at = T0, leaseMs = LEASE) =>
-  ev('SlotAcquired')({ jobId, leaseId, expiresAt: at + leaseMs }, at);
+/** An admission: no expiry until a worker starts it. */
+export const acquired = (jobId: string, leaseId: string, at = T0) => ev('SlotAcquired')({ jobId, leaseId, expiresAt: null }, at);
 export const parked = (jobId: string, at = T0) => ev('JobParked')({ jobId }, at);
-export const promoted = (jobId: string, leaseId: string, at: number, waitedMs: number, leaseMs = LEASE) =>
-  ev('JobPromoted')({ jobId, leaseId, expiresAt: at + leaseMs, waitedMs }, at);
+export const promoted = (jobId: string, leaseId: string, at: number, waitedMs: number) =>
+  ev('JobPromoted')({ jobId, leaseId, expiresAt: null, waitedMs }, at);
 export const scheduled = (jobId: string, runAt: number, at = T0) => ev('JobScheduled')({ jobId, runAt }, at);
-export const started = (jobId: string, leaseId: string, at: number, attempt = 1, workerId = 'w1', leaseMs = LEASE) =>
-  ev('JobStarted')({ jobId, leaseId, workerId, attempt, expiresAt: at + leaseMs }, at);
-export const renewed = (jobId: string, leaseId: string, at: number, leaseMs = LEASE) =>
-  ev('LeaseRenewed')({ jobId, leaseId, expiresAt: at + leaseMs }, at);
+export const started = (jobId: string, leaseId: string, at: number, attempt = 1, workerId = 'w1', leaseMs = LEASE, msgId?: string) =>
+  ev('JobStarted')({ jobId, leaseId, workerId, attempt, expiresAt: at + leaseMs, ...(msgId === undefined ? {} : { msgId }) }, at);
+export const renewed = (jobId: string, leaseId: string, at: number, leaseMs = LEASE, msgId?: string) =>
+  ev('LeaseRenewed')({ jobId, leaseId, expiresAt: at + leaseMs, ...(msgId === undefined ? {} : { msgId }) }, at);
 export const completed = (jobId: string, leaseId: string, at: number) => ev('JobCompleted')({ jobId, leaseId }, at);
 export const failed = (jobId: string, leaseId: string, at: number, attempt: number, error: string, retryAt: number | null) =>
   ev('JobFailed')({ jobId, leaseId, attempt, error, retryAt }, at);
@@ -68,8 +68,9 @@ export const dead = (jobId: string, reason: string, at: number) => ev('JobDead')
 export const expired = (jobId: string, leaseId: string, expiresAt: number, at: number) =>
   ev('LeaseExpired')({ jobId, leaseId, expiresAt }, at);
 export const revoked = (jobId: string, leaseId: string, by: string, at: number) => ev('LeaseRevoked')({ jobId, leaseId, by }, at);
-export const released = (jobId: string, leaseId: string, reason: EventData<'SlotReleased'>['reason'], at: number) =>
-  ev('SlotReleased')({ jobId, leaseId, reason }, at);
-export const yielded = (jobId: string, leaseId: string, at: number) => ev('JobYielded')({ jobId, leaseId }, at);
+export const released = (jobId: string, leaseId: string, reason: EventData<'SlotReleased'>['reason'], at: number, msgId?: string) =>
+  ev('SlotReleased')({ jobId, leaseId, reason, ...(msgId === undefined ? {} : { msgId }) }, at);
+/** `attempts`: the starts the job keeps after the yield. */
+export const yielded = (jobId: string, leaseId: string, at: number, attempts: number) => ev('JobYielded')({ jobId, leaseId, attempts }, at);
 export const cancelled = (jobId: string, by: string, at: number) => ev('JobCancelled')({ jobId, by }, at);
 export const discarded = (jobId: string, by: string, at: number) => ev('ParkedDiscarded')({ jobId, by }, at);

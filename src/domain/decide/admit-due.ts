@@ -6,6 +6,6 @@ export const admitDue = (d: Decision): Outcome => {
   const due = jobsIn(d.state, 'scheduled')
     .filter((j) => j.runAt !== null && j.runAt <= d.now)
     .sort(byPromotionOrder);
-  for (const job of due) d.admit(job.jobId, job.leaseMs);
+  for (const job of due) d.admit(job.jobId);
   return accept(d);
 };

@@ -14,7 +14,7 @@ export class Decision {
 
   /**
    * `apply` folds each emitted event into `draft`: a copy of the key's state (decide) or the
-   * caller's own state through a Scratch that is rolled back afterwards (decideInPlace).
+   * caller's own state through its Scratch (decideInto).
    */
   constructor(
     draft: Draft,
@@ -47,10 +47,14 @@ export class Decision {
     return this.draft.holding < this.draft.limit;
   }
 
-  /** A due job takes a free slot or parks. Parked jobs are only ever waiting when the key is full (invariant 2), so a free slot means nobody is ahead. */
-  admit(jobId: string, leaseMs: number): void {
+  /**
+   * A due job takes a free slot or parks. Parked jobs are only ever waiting when the key is full
+   * (invariant 2), so a free slot means nobody is ahead. The admission has no expiry: its lease
+   * starts counting when a worker starts it.
+   */
+  admit(jobId: string): void {
     if (this.hasFreeSlot()) {
-      this.emit('SlotAcquired', { jobId, leaseId: this.nextLeaseId(jobId), expiresAt: this.now + leaseMs });
+      this.emit('SlotAcquired', { jobId, leaseId: this.nextLeaseId(jobId), expiresAt: null });
     } else {
       this.emit('JobParked', { jobId });
     }
@@ -63,14 +67,17 @@ export class Decision {
       this.emit('JobPromoted', {
         jobId: next.jobId,
         leaseId: this.nextLeaseId(next.jobId),
-        expiresAt: this.now + next.leaseMs,
+        expiresAt: null,
         waitedMs: this.now - (next.parkedAt ?? this.now),
       });
     }
   }
 
-  /** A worker begins running the holder: the attempt is counted and the lease restarts from now. */
-  start(job: JobEntry, workerId: string): void {
+  /**
+   * A worker begins running the holder: the attempt is counted and the lease starts counting from
+   * now. `msgId`: the message it was read from (none for a direct handoff).
+   */
+  start(job: JobEntry, workerId: string, msgId?: string): void {
     if (job.lease === null) throw new Error(`start of job ${job.jobId} that holds no slot`);
     this.emit('JobStarted', {
       jobId: job.jobId,
@@ -78,6 +85,7 @@ export class Decision {
       workerId,
       attempt: job.attempts + 1,
       expiresAt: this.now + job.leaseMs,
+      ...(msgId === undefined ? {} : { msgId }),
     });
   }
 
@@ -98,9 +106,11 @@ export class Decision {
     }
   }
 
+  /** Frees the slot; its dispatch message (if the lease ran from one) is archived in the same append. */
   release(job: JobEntry, reason: ReleaseReason): void {
     if (job.lease === null) throw new Error(`release of job ${job.jobId} that holds no slot`);
-    this.emit('SlotReleased', { jobId: job.jobId, leaseId: job.lease.leaseId, reason });
+    const { leaseId, msgId } = job.lease;
+    this.emit('SlotReleased', { jobId: job.jobId, leaseId, reason, ...(msgId === null ? {} : { msgId }) });
   }
 
   /**

@@ -15,7 +15,7 @@ export const enqueue = (c: CommandOf<'Enqueue'> | CommandOf<'EnqueueMany'>, d: D
     d.emit('JobEnqueued', { ...job, priority: job.priority + 0, leaseMs });
     // A job due later holds no slot while it waits (pgbus took the slot at enqueue).
     if (job.runAt !== null && job.runAt > d.now) d.emit('JobScheduled', { jobId: job.jobId, runAt: job.runAt });
-    else d.admit(job.jobId, leaseMs);
+    else d.admit(job.jobId);
   }
   return accept(d);
 };

@@ -3,13 +3,15 @@ import { holders } from '../key-state.js';
 import { accept, type Decision, type Outcome } from './decision.js';
 
 /**
- * Reclaims every holder whose lease ran out by now, in one append, and promotes as many parked
- * jobs as slots were freed (solid_queue #502 freed one slot per key per sweep).
+ * Reclaims every started holder whose lease ran out by now, in one append, and promotes as many
+ * parked jobs as slots were freed (solid_queue #502 freed one slot per key per sweep). An admission
+ * no worker has started holds its slot without expiry: only silence under a started lease costs it.
  */
 export const expireLeases = (c: CommandOf<'ExpireLeases'>, d: Decision): Outcome => {
   for (const job of holders(d.state)) {
-    if (job.lease === null || job.lease.expiresAt > d.now) continue;
-    d.emit('LeaseExpired', { jobId: job.jobId, leaseId: job.lease.leaseId, expiresAt: job.lease.expiresAt });
+    const lease = job.lease;
+    if (lease?.workerId == null || lease.expiresAt === null || lease.expiresAt > d.now) continue;
+    d.emit('LeaseExpired', { jobId: job.jobId, leaseId: lease.leaseId, expiresAt: lease.expiresAt });
     d.release(job, 'expired');
     d.afterReclaim(job, c.jitter, 'lease expired');
   }

@@ -1,8 +1,9 @@
+import * as E from 'fp-ts/lib/Either.js';
 import type { Either } from 'fp-ts/lib/Either.js';
 import type { Command } from '../commands.js';
 import type { DomainError } from '../errors.js';
 import type { KeyEvent } from '../events.js';
-import { Scratch, draftOf, type Draft, type KeyState } from '../key-state.js';
+import { draftOf, type KeyState, type Scratch } from '../key-state.js';
 import { admitDue } from './admit-due.js';
 import { cancel } from './cancel.js';
 import { complete } from './complete.js';
@@ -22,17 +23,15 @@ export const decide = (command: Command, state: KeyState, now: number): Either<D
   decideWith(command, new Decision(draftOf(state), now));
 
 /**
- * The same decision without copying the key's job table: `state` (which the caller owns) is
- * changed while the decision runs and put back as it was before this returns. For the command
- * handler, whose keys may hold thousands of jobs; the result equals decide()'s.
+ * The same decision on a state its caller owns, without copying the key's job table: the events
+ * are applied to it through `scratch` as they are decided, and stay applied when the command is
+ * accepted; a refusal is rolled back, so it changes nothing. Decides what decide() decides.
  */
-export const decideInPlace = (command: Command, state: KeyState, now: number): Either<DomainError, readonly KeyEvent[]> => {
-  const scratch = new Scratch(state as Draft);
-  try {
-    return decideWith(command, new Decision(scratch.draft, now, (event) => scratch.apply(event)));
-  } finally {
-    scratch.rollback();
-  }
+export const decideInto = (command: Command, scratch: Scratch, now: number): Either<DomainError, readonly KeyEvent[]> => {
+  const mark = scratch.mark();
+  const result = decideWith(command, new Decision(scratch.draft, now, (event) => scratch.apply(event)));
+  if (E.isLeft(result)) scratch.rollbackTo(mark);
+  return result;
 };
 
 const decideWith = (command: Command, d: Decision): Either<DomainError, readonly KeyEvent[]> => {

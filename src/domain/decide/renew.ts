@@ -9,6 +9,7 @@ import { accept, leaseHolder, refuse, type Decision, type Outcome } from './deci
 export const renew = (c: CommandOf<'Renew'>, d: Decision): Outcome => {
   const { job, error } = leaseHolder(d, c.jobId, c.leaseId);
   if (error) return refuse(error);
-  d.emit('LeaseRenewed', { jobId: c.jobId, leaseId: c.leaseId, expiresAt: d.now + job.leaseMs });
+  const msgId = job.lease?.msgId ?? null;
+  d.emit('LeaseRenewed', { jobId: c.jobId, leaseId: c.leaseId, expiresAt: d.now + job.leaseMs, ...(msgId === null ? {} : { msgId }) });
   return accept(d);
 };

@@ -12,6 +12,6 @@ export const start = (c: CommandOf<'Start'>, d: Decision): Outcome => {
   if (job.lease?.workerId != null) {
     return refuse({ tag: 'AlreadyStarted', jobId: c.jobId, leaseId: c.leaseId, workerId: job.lease.workerId });
   }
-  d.start(job, c.workerId);
+  d.start(job, c.workerId, c.msgId);
   return accept(d);
 };

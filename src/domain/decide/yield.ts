@@ -9,7 +9,9 @@ import { accept, leaseHolder, refuse, type Decision, type Outcome } from './deci
 export const yieldSlot = (c: CommandOf<'Yield'>, d: Decision): Outcome => {
   const { job, error } = leaseHolder(d, c.jobId, c.leaseId);
   if (error) return refuse(error);
-  d.emit('JobYielded', { jobId: c.jobId, leaseId: c.leaseId });
+  // The attempt goes back only if this lease was started (a yield of an unstarted admission burned none).
+  const attempts = job.lease?.workerId != null ? job.attempts - 1 : job.attempts;
+  d.emit('JobYielded', { jobId: c.jobId, leaseId: c.leaseId, attempts });
   d.release(job, 'yielded');
   d.emit('JobParked', { jobId: c.jobId });
   d.fillSlots();
