@@ -12,11 +12,10 @@ import { createLedger, type Ledger } from '../src/adapters/ledger.js';
 import { migrate } from '../src/adapters/postgres/migrations.js';
 import { PostgresSnapshotStore } from '../src/adapters/postgres/postgres-snapshot-store.js';
 import { keyEventId } from '../src/commands/enqueue.js';
-import { KEY_STATE_SCHEMA_VERSION } from '../src/commands/key-state-loader.js';
 import type { JobSpec } from '../src/domain/commands.js';
 import { decide } from '../src/domain/decide/index.js';
 import type { KeyEvent } from '../src/domain/events.js';
-import { fold, initialKeyState, type KeyState } from '../src/domain/key-state.js';
+import { KEY_STATE_SCHEMA_VERSION, fold, initialKeyState, type KeyState } from '../src/domain/key-state.js';
 import { keyStream } from '../src/domain/streams.js';
 import { quantile, quiet, serverName, withScratchDatabase } from './scratch-database.js';
 

@@ -1,30 +1,31 @@
 import pg from 'pg';
 import { audit, type Audit, type AuditTarget } from '../commands/audit.js';
 import { enqueueMany, keyEventId, type EnqueueInput, type Enqueued } from '../commands/enqueue.js';
-import { KeyCommandHandler, type CommandResult, type KeyCommand } from '../commands/key-command-handler.js';
-import type { Loaded } from '../commands/key-state-loader.js';
+import { KeyWriter, type CommandResult, type KeyCommand, type Loaded } from '../commands/key-writer.js';
 import * as operator from '../commands/operator-actions.js';
 import type { Command } from '../domain/commands.js';
 import type { EventStore, JsonObject } from '../domain/ports/event-store.js';
 import type { Logger } from '../domain/ports/logger.js';
 import { keyStream } from '../domain/streams.js';
-import { HANDED_OFF_SQL, LEASE_LOST_CHANNEL, createDispatcher } from '../projections/dispatcher.js';
-import { NotificationListener } from './postgres/listener.js';
-import { createReadModelProjections } from '../projections/read-models.js';
-import type { Projection } from '../projections/projection.js';
-import { AsyncProjectionRunner, inlineProjections, type SendMessages } from '../projections/runner.js';
+import { DISPATCHER, LEASE_LOST_CHANNEL, createDispatcher } from '../projections/dispatcher.js';
+import { READ_MODELS, createReadModelProjections } from '../projections/read-models.js';
+import { AsyncProjectionRunner } from '../projections/runner.js';
 import { PostgresEventStore } from './eventstore/postgres/postgres-event-store.js';
 import { createLogger } from './logging/logger.js';
+import { NotificationListener } from './postgres/listener.js';
 import { migrate } from './postgres/migrations.js';
 import { PostgresSnapshotStore } from './postgres/postgres-snapshot-store.js';
+import { projectionMode, type ProjectionMode } from './postgres/projection-mode.js';
 import { jobStreamOf } from './postgres/queries/job-stream.js';
 import { keyDetail, type KeyDetail } from './postgres/queries/key-detail.js';
 import { listJobs, type JobFilter, type JobPage } from './postgres/queries/list-jobs.js';
 import { listKeys, type KeyRow } from './postgres/queries/list-keys.js';
-import { PgQueue } from './queue/pg-queue.js';
+import { PgQueue, dispatchQueue } from './queue/pg-queue.js';
 import { inputFor, isJobDefinition, type JobDefinition, type JobOverrides } from './worker/define-job.js';
 import { Sweeper } from './worker/sweeper.js';
-import { Worker, type HandedOffJob, type WorkerOptions } from './worker/worker.js';
+import { Worker, type WorkerOptions } from './worker/worker.js';
+
+export type { ProjectionMode } from './postgres/projection-mode.js';
 
 export interface LedgerOptions {
   /** PostgreSQL holding the ledger. Either this or `pool`. */
@@ -42,49 +43,63 @@ export interface LedgerOptions {
   /** Create or upgrade the schema on open (default true). */
   readonly migrate?: boolean;
   /**
-   * Apply the read models (jl_*) and the dispatcher (queue messages) inside each append's
-   * transaction (default true). Turn off only where they run elsewhere (async runners).
+   * Apply the read models (jl_*) and the dispatcher (queue messages) inside each flush's
+   * transaction (true) or from async runners started by start() (false). A database is projected
+   * one way (ledger_settings records it when the first ledger opens it): the default follows the
+   * database, and asking for the other way fails with ProjectionModeError.
    */
   readonly inlineProjections?: boolean;
   /** Between the sweeper's runs once start() is called (default 1000 ms). */
   readonly sweepIntervalMs?: number;
 }
 
-/** How the ledger's projections (read models, dispatcher) are applied. */
-export type ProjectionMode = 'inline' | 'async';
+interface LedgerParts {
+  readonly store: PostgresEventStore;
+  readonly queue: PgQueue;
+  readonly writer: KeyWriter;
+  readonly pool: pg.Pool;
+  readonly ownsPool: boolean;
+  readonly clock: () => number;
+  readonly random: () => number;
+  readonly log: Logger;
+  readonly mode: ProjectionMode;
+  readonly sweepIntervalMs: number | undefined;
+}
 
 /**
  * The library entry: the key ledger on PostgreSQL. Enqueue jobs with concurrency keys; every
  * admission, park, promotion and release is decided by the key's decider and appended with
- * optimistic concurrency to the key's stream.
+ * optimistic concurrency to the key's stream, by this process's one key writer.
  */
 export class Ledger {
+  readonly store: EventStore;
+  readonly queue: PgQueue;
+  readonly projectionMode: ProjectionMode;
+  private readonly writer: KeyWriter;
+  private readonly pool: pg.Pool;
+  private readonly ownsPool: boolean;
+  private readonly clock: () => number;
+  private readonly random: () => number;
+  private readonly log: Logger;
   private readonly workers = new Set<Worker>();
   private readonly sweeper: Sweeper;
   private readonly runners: AsyncProjectionRunner[];
 
-  private constructor(
-    readonly store: EventStore,
-    readonly queue: PgQueue,
-    private readonly handler: KeyCommandHandler,
-    private readonly pool: pg.Pool,
-    private readonly ownsPool: boolean,
-    private readonly clock: () => number,
-    private readonly random: () => number,
-    private readonly log: Logger,
-    sweepIntervalMs: number | undefined,
-    /** The projections applied by this ledger's async runners once start() is called; none when they run inline. */
-    readonly asyncProjections: readonly Projection[],
-    send: SendMessages,
-  ) {
-    this.sweeper = new Sweeper(this, pool, log.child({ component: 'sweeper' }), sweepIntervalMs === undefined ? {} : { intervalMs: sweepIntervalMs });
-    this.runners = asyncProjections.map(
-      (projection) => new AsyncProjectionRunner({ pool, store, projection, send, logger: log.child({ component: 'projection' }) }),
-    );
-  }
-
-  get projectionMode(): ProjectionMode {
-    return this.asyncProjections.length > 0 ? 'async' : 'inline';
+  private constructor(parts: LedgerParts) {
+    ({ store: this.store, queue: this.queue, writer: this.writer, pool: this.pool, ownsPool: this.ownsPool, clock: this.clock, random: this.random, log: this.log } = parts);
+    this.projectionMode = parts.mode;
+    this.sweeper = new Sweeper(this.writer, this.pool, this.log.child({ component: 'sweeper' }), {
+      clock: this.clock,
+      random: this.random,
+      ...(parts.sweepIntervalMs === undefined ? {} : { intervalMs: parts.sweepIntervalMs }),
+    });
+    const runner = (name: string, projection: ReturnType<typeof createReadModelProjections>, follows?: string) =>
+      new AsyncProjectionRunner({ pool: this.pool, store: parts.store, name, projections: [projection], ...(follows ? { follows } : {}), logger: this.log.child({ component: 'projection' }) });
+    this.runners =
+      parts.mode === 'async'
+        ? // The dispatcher builds messages from jl_jobs, so it never runs ahead of the read models.
+          [runner(READ_MODELS, createReadModelProjections()), runner(DISPATCHER, createDispatcher(dispatchQueue), READ_MODELS)]
+        : [];
   }
 
   /** Admissions are dispatched inside the append (inline projections): workers may hand off directly. */
@@ -96,25 +111,21 @@ export class Ledger {
     const pool = options.pool ?? createPool(options);
     try {
       if (options.migrate !== false) await migrate(pool);
-      const queue = new PgQueue(pool);
-      const send: SendMessages = (db, name, messages) => queue.sendBatch(name, messages, { db });
-      const projections = [createReadModelProjections(), createDispatcher()];
-      const async = options.inlineProjections === false;
-      const store = new PostgresEventStore(pool, async ? {} : { inlineHandlers: [inlineProjections(projections, { send })] });
+      const mode = await projectionMode(pool, options.inlineProjections === undefined ? undefined : options.inlineProjections ? 'inline' : 'async');
+      const inline = mode === 'inline' ? [createReadModelProjections(), createDispatcher(dispatchQueue)] : [];
+      const store = new PostgresEventStore(pool, { inline, notifyFlushes: mode === 'async' });
       const clock = options.clock ?? Date.now;
       const random = options.random ?? Math.random;
-      const logger = options.logger ?? createLogger();
-      const handler = new KeyCommandHandler(
-        {
-          store,
-          snapshots: new PostgresSnapshotStore(pool),
-          clock,
-          random,
-          logger,
-        },
-        { snapshotEvery: options.snapshotEvery ?? 1_000, eventId: keyEventId },
-      );
-      return new Ledger(store, queue, handler, pool, options.pool === undefined, clock, random, logger, options.sweepIntervalMs, async ? projections : [], send);
+      const log = options.logger ?? createLogger();
+      const writer = new KeyWriter(store, store, {
+        clock,
+        random,
+        logger: log,
+        snapshots: new PostgresSnapshotStore(pool),
+        snapshotEvery: options.snapshotEvery ?? 1_000,
+        eventId: keyEventId,
+      });
+      return new Ledger({ store, queue: new PgQueue(pool), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, sweepIntervalMs: options.sweepIntervalMs });
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;
@@ -137,7 +148,7 @@ export class Ledger {
 
   /** Many jobs, over any keys, in one transaction; each key's jobs admitted against its limit in order. */
   enqueueMany(inputs: readonly EnqueueInput[], metadata?: JsonObject): Promise<Enqueued[]> {
-    return enqueueMany(this.handler, inputs, {
+    return enqueueMany(this.writer, inputs, {
       now: this.clock,
       recorded: (ids) => this.store.recordedEventIds(ids),
       ...(metadata ? { metadata } : {}),
@@ -146,17 +157,17 @@ export class Ledger {
 
   /** Decides one command on a stream (see src/domain/commands.ts) and appends its events. */
   execute(stream: string, command: Command, metadata?: JsonObject): Promise<CommandResult> {
-    return this.handler.execute(stream, command, metadata);
+    return this.writer.execute(stream, command, metadata);
   }
 
   /** Decides commands over many streams and appends them in one transaction. */
   executeMany(items: readonly KeyCommand[]): Promise<CommandResult[]> {
-    return this.handler.executeMany(items);
+    return this.writer.executeMany(items);
   }
 
   /** A key's current state: limit, holders with their leases, parked and scheduled jobs. */
   keyState(key: string): Promise<Loaded> {
-    return this.handler.load(keyStream(key));
+    return this.writer.load(keyStream(key));
   }
 
   /** How many of these jobs have finished (completed, dead, cancelled or discarded), from the jobs read model. */
@@ -175,11 +186,6 @@ export class Ledger {
     });
     listener.start();
     return { stop: () => listener.close() };
-  }
-
-  /** Name, args and key of jobs a worker started by direct handoff (src/projections/dispatcher.ts). */
-  async handedOffJobs(jobIds: readonly string[]): Promise<HandedOffJob[]> {
-    return (await this.pool.query<HandedOffJob>(HANDED_OFF_SQL, [jobIds])).rows;
   }
 
   /** Every concurrency key: limit, slots in use, parked and scheduled jobs, oldest wait, lease state (read models). */
@@ -226,8 +232,8 @@ export class Ledger {
 
   private get operatorDeps(): operator.OperatorDeps {
     return {
-      execute: (stream, command, metadata) => this.handler.execute(stream, command, metadata),
-      load: (stream) => this.handler.load(stream),
+      execute: (stream, command, metadata) => this.writer.execute(stream, command, metadata),
+      load: (stream) => this.writer.load(stream),
       jobStream: this.jobStream,
       random: this.random,
     };
@@ -235,7 +241,11 @@ export class Ledger {
 
   /** A worker running jobs from one dispatch queue; call start() on it, and stop() to shut it down gracefully. */
   worker(options: WorkerOptions): Worker {
-    const worker = new Worker(this, this.queue, this.log.child({ component: 'worker', queue: options.queue ?? 'default' }), options, this.clock);
+    const worker = new Worker(
+      { writer: this.writer, queue: this.queue, directHandoff: this.directHandoff, watchLostLeases: (lost) => this.watchLostLeases(lost), clock: this.clock, random: this.random },
+      this.log.child({ component: 'worker', queue: options.queue ?? 'default' }),
+      options,
+    );
     this.workers.add(worker);
     return worker;
   }
@@ -249,11 +259,12 @@ export class Ledger {
     for (const runner of this.runners) runner.start();
   }
 
-  /** Stops the sweeper, the projection runners and any worker still running (gracefully), then closes the store. */
+  /** Stops the sweeper, the projection runners and any worker still running (gracefully), waits for the writer, then closes the store. */
   async close(): Promise<void> {
     await this.sweeper.stop();
     await Promise.all(this.runners.map((r) => r.stop()));
     await Promise.all([...this.workers].map((w) => w.stop()));
+    await this.writer.drain();
     await this.store.close();
     if (this.ownsPool) await this.pool.end();
   }

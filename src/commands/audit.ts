@@ -4,7 +4,7 @@ import type { EventStore, RecordedEvent } from '../domain/ports/event-store.js';
 import type { JobStreamLookup } from '../domain/ports/job-streams.js';
 import { KEY_STREAM_PREFIX, keyStream } from '../domain/streams.js';
 import { Key, NonEmptyString, ValidationError, checkField } from '../domain/values.js';
-import { decodeRecorded } from './key-state-loader.js';
+import { decodeRecorded } from '../domain/recorded.js';
 
 export type AuditTarget = { readonly key: string } | { readonly jobId: string };
 

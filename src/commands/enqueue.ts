@@ -7,7 +7,7 @@ import type { KeyEvent } from '../domain/events.js';
 import { DuplicateEventIdError } from '../domain/ports/event-store.js';
 import { streamFor } from '../domain/streams.js';
 import { JsonArgs, Key, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, ValidationError, decodeWith, refine } from '../domain/values.js';
-import type { KeyCommand, KeyCommandHandler } from './key-command-handler.js';
+import type { KeyCommand, KeyWriter } from './key-writer.js';
 
 /** What a caller gives to enqueue a job. */
 export interface EnqueueInput {
@@ -134,7 +134,7 @@ const statusOf = (jobId: string, events: readonly KeyEvent[]): EnqueueStatus => 
  * A job id seen before — still active or long finished — records nothing new.
  */
 export const enqueueMany = async (
-  handler: KeyCommandHandler,
+  handler: KeyWriter,
   inputs: readonly EnqueueInput[],
   options: { readonly now: () => number; readonly recorded: (eventIds: readonly string[]) => Promise<ReadonlySet<string>>; readonly metadata?: Record<string, unknown> },
 ): Promise<Enqueued[]> => {
@@ -156,7 +156,7 @@ export const enqueueMany = async (
  * whole append (its JobEnqueued event id is unique); the check then runs again.
  */
 const recordFresh = async (
-  handler: KeyCommandHandler,
+  handler: KeyWriter,
   planned: readonly Planned[],
   options: { readonly recorded: (eventIds: readonly string[]) => Promise<ReadonlySet<string>>; readonly metadata?: Record<string, unknown> },
 ): Promise<Map<string, KeyEvent[]>> => {

@@ -1,6 +1,6 @@
 import { fold, initialKeyState, type KeyState } from '../domain/key-state.js';
 import type { EventStore, StreamRevision } from '../domain/ports/event-store.js';
-import { decodeRecorded } from './key-state-loader.js';
+import { decodeRecorded } from '../domain/recorded.js';
 
 export interface KeyStateAt {
   readonly state: KeyState;

@@ -61,6 +61,9 @@ export const KeyStateCodec = t.type({
 });
 export type KeyState = t.TypeOf<typeof KeyStateCodec>;
 
+/** Bump when KeyState's shape or meaning changes: snapshots of another version are ignored and the stream is folded instead. */
+export const KEY_STATE_SCHEMA_VERSION = 3;
+
 export const initialKeyState: KeyState = { limit: 0, leaseMs: 0, nextSeq: 0, admissions: 0, holding: 0, jobs: {} };
 
 export type JobEntry = JobState & { readonly jobId: string };

@@ -1,131 +1,123 @@
-import type { KeyEvent } from '../domain/events.js';
-import { isLedgerStream, statement, type ProjectedEvent, type Projection, type Statement } from './projection.js';
+import type { ProjectedEvent, Projection, Statement } from './projection.js';
+import { isLedgerStream, statement } from './projection.js';
 
-/** The dispatcher's projection name (projection_streams). */
+export type { DispatchMessage } from '../domain/ports/ledger-store.js';
+
+/** The dispatcher's projection name. */
 export const DISPATCHER = 'dispatcher';
 
 /**
  * NOTIFY channel on which the dispatcher announces a lease taken from its holder (LeaseRevoked,
  * LeaseExpired; the payload is the lease id), at the commit that takes it: the worker running it
  * aborts the handler's signal at once instead of at its next renewal (up to lease/3 later). A
- * hint: a notice lost with a listening connection leaves that to the renewal, as before.
+ * hint: a notice lost with a listening connection leaves that to the renewal.
  */
 export const LEASE_LOST_CHANNEL = 'jobledger_lease_lost';
 
-/** What the dispatcher puts on the job's queue for each admission (SlotAcquired, JobPromoted). */
-export interface DispatchMessage {
-  readonly jobId: string;
-  /** null for a job without a concurrency key. */
-  readonly key: string | null;
-  /** The lease the worker must Start/Renew/Complete/Fail with. */
-  readonly leaseId: string;
-  readonly name: string;
-  readonly args: unknown;
-  /** Starts so far + 1: the attempt this admission will be if the worker starts it. */
-  readonly attempt: number;
+/**
+ * What the dispatcher needs of the queue, as statements it can put in the batch's transaction
+ * (src/adapters/queue/pg-queue.ts implements it, so the queue's SQL stays in the queue adapter).
+ */
+export interface DispatchQueue {
+  /**
+   * Sends the rows of `source` as messages: `source` is a SELECT using only $1 that yields
+   * (queue text, message jsonb, ord bigint), sent in ord order. A NULL queue or message fails
+   * the statement (an admission without a message would be a job that never runs).
+   */
+  send(source: Statement): Statement;
+  /** Moves these messages to the archive (those still in the queue). */
+  archive(msgIds: readonly string[]): Statement;
+  /** Makes each message visible again `ms` after the statement. */
+  setVisibility(entries: readonly { readonly msgId: string; readonly ms: number }[]): Statement;
 }
 
 /**
  * The dispatcher: a projection whose effect is queue messages. Each SlotAcquired and JobPromoted
- * becomes exactly one DispatchMessage on the job's queue, sent in the transaction that records the
- * dispatcher's stream revision (inline: the append itself), so a message exists if and only if its
- * admission does, once — except an admission started in the same append (a direct handoff,
- * Complete/Fail with handOffTo): its worker already runs it, and a message would only be fenced as
- * AlreadyStarted. If that worker dies, the lease expires and the retry is a new admission with its
- * own message. (Applied asynchronously, a batch may end between the two events; the message then
- * sent is fenced and archived by the worker that reads it.)
+ * becomes exactly one DispatchMessage on the job's queue, sent in the transaction that applies
+ * the event (inline: the append itself), so a message exists if and only if its admission does,
+ * once — except:
+ * - an admission started in the same transaction (direct handoff, Complete/Fail with handOffTo):
+ *   its worker runs it already; instead, the batch returns the job's name and args for that
+ *   worker (`returns: 'handedOff'`). If that worker dies, the lease expires and the retry is a
+ *   new admission with its own message;
+ * - an admission released within the batch (cancelled, revoked before anyone read it): nothing
+ *   could run it.
+ * The message then follows its lease: a JobStarted or LeaseRenewed naming it moves its
+ * visibility to the lease's expiry, and the SlotReleased naming it archives it, in the same
+ * transaction. So a message reappears only when its worker has gone silent for a whole lease.
  *
- * What a message needs (name, args, queue, attempts) came with earlier events of the job, so the
- * dispatcher keeps its own table, dispatch_jobs, of the unfinished jobs, written only here: it
- * never reads the read models, which have a checkpoint of their own and may be being rebuilt.
- *
- * It has no `rebuild`: replaying it would send every message again. Its admission statement
- * returns the message as a row (queue, message); the runner hands those rows to its
- * SendMessages (PgQueue.sendBatch on the same transaction), so the mapping stays pure and the
- * queue's SQL stays in the queue adapter.
+ * The message's name, args and attempt come from jl_jobs, in the same transaction, after the read
+ * models' statements: the dispatcher runs after them, in their batch (inline, or one async runner
+ * applying both under one checkpoint). It has no `rebuild`: replaying it would send every message
+ * again.
  */
-export const createDispatcher = (): Projection => ({
+export const createDispatcher = (queue: DispatchQueue): Projection => ({
   name: DISPATCHER,
   handles: isLedgerStream,
-  project: projectDispatch,
-  forBatch: (events) => {
-    const started = new Set(events.flatMap((pe) => (pe.event.type === 'JobStarted' ? [startKey(pe, pe.event.data.leaseId)] : [])));
-    return (pe) => (isAdmission(pe.event) && started.has(startKey(pe, pe.event.data.leaseId)) ? [] : projectDispatch(pe));
-  },
+  project: (events) => projectDispatch(queue, events),
 });
 
-/** A lease within one append (one transaction): a handoff starts its admission in the append that made it. */
-const startKey = (pe: ProjectedEvent, leaseId: string): string => `${pe.position.commit}/${leaseId}`;
-
-const isAdmission = (event: KeyEvent): event is Extract<KeyEvent, { type: 'SlotAcquired' | 'JobPromoted' }> =>
-  event.type === 'SlotAcquired' || event.type === 'JobPromoted';
-
-/**
- * What a worker needs to run jobs it started by direct handoff (their admissions got no message):
- * read from dispatch_jobs, which holds every unfinished job. Only right after the append that
- * started them with inline projections: asynchronously applied, the row could lag.
- */
-export const HANDED_OFF_SQL = `SELECT job_id AS "jobId", key, name, args FROM dispatch_jobs WHERE job_id = ANY($1::text[])`;
-
-export const projectDispatch = ({ event, stream, key }: ProjectedEvent): readonly Statement[] => {
-  switch (event.type) {
-    case 'JobEnqueued': {
-      const d = event.data;
-      return [
-        statement(
-          `INSERT INTO dispatch_jobs (job_id, stream, key, queue, name, args, attempts) VALUES ($1, $2, $3, $4, $5, $6::jsonb, 0)`,
-          d.jobId,
-          stream,
-          key,
-          d.queue,
-          d.name,
-          JSON.stringify(d.args ?? null),
-        ),
-      ];
+export const projectDispatch = (queue: DispatchQueue, events: readonly ProjectedEvent[]): readonly Statement[] => {
+  const admitted = new Map<string, { readonly job_id: string; readonly lease_id: string; readonly commit: bigint }>();
+  const handedOff: string[] = [];
+  const archive = new Set<string>();
+  const visibility = new Map<string, number>();
+  const lost: string[] = [];
+  for (const { event, commit } of events) {
+    switch (event.type) {
+      case 'SlotAcquired':
+      case 'JobPromoted':
+        admitted.set(event.data.leaseId, { job_id: event.data.jobId, lease_id: event.data.leaseId, commit });
+        break;
+      case 'JobStarted': {
+        const { leaseId, msgId, expiresAt, at } = event.data;
+        if (admitted.get(leaseId)?.commit === commit) {
+          admitted.delete(leaseId);
+          handedOff.push(event.data.jobId);
+        }
+        if (msgId !== undefined) visibility.set(msgId, expiresAt - at);
+        break;
+      }
+      case 'LeaseRenewed':
+        if (event.data.msgId !== undefined) visibility.set(event.data.msgId, event.data.expiresAt - event.data.at);
+        break;
+      case 'SlotReleased':
+        admitted.delete(event.data.leaseId);
+        if (event.data.msgId !== undefined) {
+          archive.add(event.data.msgId);
+          visibility.delete(event.data.msgId);
+        }
+        break;
+      case 'LeaseExpired':
+      case 'LeaseRevoked':
+        lost.push(event.data.leaseId);
+        break;
+      default:
+        break;
     }
-    case 'SlotAcquired':
-    case 'JobPromoted':
-      return [
-        {
-          ...statement(
-            `SELECT queue, jsonb_build_object('jobId', job_id, 'key', key, 'leaseId', $2::text, 'name', name, 'args', args, 'attempt', attempts + 1) AS message
-             FROM dispatch_jobs WHERE job_id = $1`,
-            event.data.jobId,
-            event.data.leaseId,
-          ),
-          // A missing row would be an admission without a message: a job that never runs.
-          expectRows: 1,
-          emits: 'messages',
-        },
-      ];
-    case 'JobStarted':
-      return [
-        statement(`UPDATE dispatch_jobs SET attempts = $2, started_lease_id = $3 WHERE job_id = $1`, event.data.jobId, event.data.attempt, event.data.leaseId),
-      ];
-    case 'JobYielded':
-      // A yield hands the attempt back only if the job was started under the lease it yields.
-      return [
-        statement(
-          `UPDATE dispatch_jobs SET attempts = attempts - 1, started_lease_id = NULL WHERE job_id = $1 AND started_lease_id = $2`,
-          event.data.jobId,
-          event.data.leaseId,
-        ),
-      ];
-    case 'JobCompleted':
-    case 'JobDead':
-    case 'JobCancelled':
-    case 'ParkedDiscarded':
-      // Finished: no admission can follow.
-      return [statement(`DELETE FROM dispatch_jobs WHERE job_id = $1`, event.data.jobId)];
-    case 'LeaseExpired':
-    case 'LeaseRevoked':
-      return [statement(`SELECT pg_notify('${LEASE_LOST_CHANNEL}', $1)`, event.data.leaseId)];
-    case 'KeyLimitSet':
-    case 'JobParked':
-    case 'JobScheduled':
-    case 'LeaseRenewed':
-    case 'JobFailed':
-    case 'SlotReleased':
-      return [];
   }
+  const out: Statement[] = [];
+  if (admitted.size > 0) out.push(queue.send(statement(ADMISSION_MESSAGES_SQL, JSON.stringify([...admitted.values()].map(({ job_id, lease_id }) => ({ job_id, lease_id }))))));
+  if (visibility.size > 0) out.push(queue.setVisibility([...visibility].map(([msgId, ms]) => ({ msgId, ms }))));
+  if (archive.size > 0) out.push(queue.archive([...archive]));
+  if (lost.length > 0) out.push(statement(LEASE_LOST_SQL, lost));
+  if (handedOff.length > 0) out.push({ ...statement(HANDED_OFF_SQL, handedOff), returns: 'handedOff' });
+  return out;
 };
+
+// The message of each admission, built from its job's row as the read models left it in this
+// batch (attempt = starts so far + 1). The LEFT JOIN is on purpose: a job missing from jl_jobs
+// gives a NULL queue and message, which fail the send instead of being skipped.
+export const ADMISSION_MESSAGES_SQL = `
+SELECT j.queue,
+       CASE WHEN j.job_id IS NOT NULL THEN jsonb_build_object(
+         'jobId', j.job_id, 'key', j.key, 'leaseId', a.lease_id, 'name', j.name, 'args', j.args, 'attempt', j.attempts + 1)
+       END AS message,
+       a.ord
+FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (job_id text, lease_id text)) WITH ORDINALITY AS a (job_id, lease_id, ord)
+LEFT JOIN jl_jobs j ON j.job_id = a.job_id`;
+
+/** What a worker needs to run a job started by direct handoff (its admission got no message). */
+export const HANDED_OFF_SQL = `SELECT job_id AS "jobId", key, name, args FROM jl_jobs WHERE job_id = ANY($1::text[])`;
+
+export const LEASE_LOST_SQL = `SELECT pg_notify('${LEASE_LOST_CHANNEL}', lease) FROM unnest($1::text[]) AS lease`;

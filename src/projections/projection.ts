@@ -1,49 +1,44 @@
 import type { KeyEvent } from '../domain/events.js';
-import type { GlobalPosition, StreamRevision } from '../domain/ports/event-store.js';
+import type { StreamRevision } from '../domain/ports/event-store.js';
 import { JOB_STREAM_PREFIX, KEY_STREAM_PREFIX } from '../domain/streams.js';
 
-// A projection is a name plus a PURE mapping from one decoded event (with its stream and revision)
-// to SQL statements on its read model. It never runs a query itself: whatever it needs from the
-// database it reads inside its statements (INSERT ... SELECT, UPDATE ... FROM), so it can be
-// tested without one, and the runner (./runner.ts) can apply it inline, from a subscription or in
-// a rebuild with the same code.
+// A projection is a name plus a PURE mapping from a batch of decoded events to set-based SQL
+// statements on its read model: a handful of statements per batch, whatever its size, not one per
+// event. It never runs a query itself: whatever it needs from the database it reads inside its
+// statements (INSERT ... SELECT, UPDATE ... FROM), so it can be tested without one, and the
+// runner (./runner.ts) can apply it inline (in the key writer's transaction), from a subscription
+// or in a rebuild with the same code.
+//
+// A batch is events in global order made of WHOLE transactions (so of whole appends): within an
+// append a job passes through transient states (pending between a release and where it goes
+// next) that a batch therefore never ends in. Applying a sequence of batches gives the same rows
+// however the sequence is cut into batches; rebuild.int.test.ts and the verify tests hold it to that.
 
 /** One parameterised SQL statement; `values` are bound to $1, $2, ... */
 export interface Statement {
   readonly text: string;
   readonly values: readonly unknown[];
-  /** The number of rows it must touch or return; any other count fails the batch (a broken invariant, never skipped). */
-  readonly expectRows?: number;
-  /**
-   * 'messages': the rows it returns, as columns (queue text, message jsonb), are messages to send.
-   * The runner sends them with its SendMessages in the same transaction, after the batch's
-   * statements, in the order they were returned.
-   */
-  readonly emits?: 'messages';
+  /** 'handedOff': its rows (jobId, key, name, args) describe jobs started by direct handoff, for the writer to hand to their worker. */
+  readonly returns?: 'handedOff';
 }
 
 export interface ProjectedEvent {
   readonly event: KeyEvent;
   readonly stream: string;
   readonly revision: StreamRevision;
-  readonly position: GlobalPosition;
   /** The concurrency key of a `key:` stream; null for a job's own stream (`job:<jobId>`). */
   readonly key: string | null;
+  /** The writing transaction (events.transaction_id): events with the same one were appended together. */
+  readonly commit: bigint;
 }
 
 export interface Projection {
-  /** Unique; names its rows in projection_streams and projection_checkpoints. */
+  /** Unique; names its row in projection_checkpoints and its advisory lock. */
   readonly name: string;
-  /** Streams whose events it maps; events of other streams are passed over (their revisions are not tracked). */
+  /** Streams whose events it maps; the runner passes it only those. */
   handles(stream: string): boolean;
-  /** Statements to run, in order, for one event. Must be pure: same event, same statements. */
-  project(event: ProjectedEvent): readonly Statement[];
-  /**
-   * Optional: the mapping to use for one batch, given the batch's events of its streams first
-   * (skipped ones included). For a projection that leaves out what a later event of the same batch
-   * makes moot; must stay pure, and applying the events one batch at a time must stay correct.
-   */
-  forBatch?(events: readonly ProjectedEvent[]): (event: ProjectedEvent) => readonly Statement[];
+  /** Statements to run, in order, for a batch of events (see above). Must be pure: same batch, same statements. */
+  project(events: readonly ProjectedEvent[]): readonly Statement[];
   /**
    * How to rebuild it from the ledger: the tables a rebuild empties before replaying every event.
    * Absent for a projection that must never be replayed (the dispatcher: its effect is messages).
@@ -61,5 +56,5 @@ export const isLedgerStream = (stream: string): boolean =>
 export const keyOfStream = (stream: string): string | null =>
   stream.startsWith(KEY_STREAM_PREFIX) ? stream.slice(KEY_STREAM_PREFIX.length) : null;
 
-/** SQL for an epoch-ms parameter as timestamptz (microsecond-exact for any time a job can have). */
-export const ms = (param: number): string => `to_timestamp($${param}::float8 / 1000)`;
+/** SQL for an epoch-ms value (a float8 expression) as timestamptz, microsecond-exact for any time a job can have; NULL stays NULL. */
+export const ms = (expr: string): string => `to_timestamp(${expr} / 1000)`;

@@ -1,21 +1,24 @@
+import type { KeyEvent } from '../domain/events.js';
 import { isLedgerStream, ms, statement, type ProjectedEvent, type Projection, type Statement } from './projection.js';
 
-/** The read models' projection name (projection_streams, projection_checkpoints). */
+/** The read models' projection name (projection_checkpoints, its advisory lock). */
 export const READ_MODELS = 'read_models';
 
-/** The tables a rebuild of the read models empties (jl_key_stats is a view over them). */
-export const READ_MODEL_TABLES = ['jl_jobs', 'jl_slots', 'jl_parked', 'jl_keys'] as const;
+/** The tables a rebuild empties (jl_key_stats is a view over them), in the order the projection writes them (see rebuild.ts lockOut). */
+export const READ_MODEL_TABLES = ['jl_keys', 'jl_jobs', 'jl_slots', 'jl_parked'] as const;
 
 /**
- * The read models jl_jobs, jl_slots, jl_parked and jl_keys (schema and meaning: migration
- * 0003-read-models), as ONE projection with one checkpoint: jl_parked takes a job's priority and
- * enqueue order from jl_jobs (INSERT ... SELECT), which is only sound if both tables are at the
- * same point of the stream.
+ * The read models jl_jobs, jl_slots, jl_parked and jl_keys (schema and meaning: migrations
+ * 0003-read-models and 0005-set-based-writes), as ONE projection with one checkpoint: jl_parked
+ * takes a job's priority and enqueue order from jl_jobs, which is only sound if both tables are at
+ * the same point of the ledger.
  *
- * The mapping follows src/domain/key-state.ts's evolve, event by event, so that after any whole
- * append jl_slots holds the state's holders, jl_parked its parked jobs and jl_jobs (status
- * 'scheduled') its scheduled ones. Unlike the state, jl_jobs keeps finished jobs (history).
- * Every statement keys on the job id, so one event is one statement (one round trip inline).
+ * The events of a batch are folded per job first (what each job's rows look like after the
+ * batch), then written with at most eight set-based statements, whatever the batch's size. The
+ * fold follows src/domain/key-state.ts's evolve, so that after any batch jl_slots holds the
+ * states' holders, jl_parked their parked jobs and jl_jobs (run_at set) their scheduled ones;
+ * unlike the states, jl_jobs keeps finished jobs (history). A job whose JobEnqueued is in the
+ * batch gets one INSERT of its final row, which is all a rebuild writes for most jobs.
  */
 export const createReadModelProjections = (): Projection => ({
   name: READ_MODELS,
@@ -24,156 +27,298 @@ export const createReadModelProjections = (): Projection => ({
   rebuild: { tables: READ_MODEL_TABLES },
 });
 
-/** Statuses that hold a slot; SlotReleased moves them to 'pending' (the append then records where the job goes). */
-const HOLDING = `('holding', 'running')`;
+// Bits of JobChange.m: which jl_jobs columns the batch set (a set column may be set to NULL).
+const STATUS = 1;
+const ATTEMPTS = 2;
+const RUN_AT = 4;
+const STARTED_AT = 8;
+const FINISHED_AT = 16;
+const LAST_ERROR = 32;
+const FINISH_REASON = 64;
+const WORKER_ID = 128;
+const LEASE_ID = 256;
 
-export const projectReadModels = ({ event, stream, revision, key }: ProjectedEvent): readonly Statement[] => {
-  const { at } = event.data;
-  switch (event.type) {
-    case 'KeyLimitSet': {
-      // A job without a key gets a limit-1 stream of its own: not a key a dashboard lists.
-      if (key === null) return [];
-      const d = event.data;
-      return [
-        statement(
-          `INSERT INTO jl_keys (stream, key, concurrency_limit, lease_ms, updated_at) VALUES ($1, $2, $3, $4, ${ms(5)})
-           ON CONFLICT (stream) DO UPDATE SET concurrency_limit = excluded.concurrency_limit, lease_ms = excluded.lease_ms, updated_at = excluded.updated_at`,
-          stream,
-          key,
-          d.limit,
-          d.leaseMs,
-          at,
-        ),
-      ];
-    }
-    case 'JobEnqueued': {
-      const d = event.data;
-      return [
-        statement(
-          `INSERT INTO jl_jobs (job_id, stream, key, seq, name, queue, args, priority, status, attempts, max_attempts, lease_ms, enqueued_at, updated_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 'pending', 0, $9, $10, ${ms(11)}, ${ms(11)})`,
-          d.jobId,
-          stream,
-          key,
-          revision,
-          d.name,
-          d.queue,
-          JSON.stringify(d.args ?? null),
-          d.priority,
-          d.maxAttempts,
-          d.leaseMs,
-          at,
-        ),
-      ];
-    }
-    case 'SlotAcquired':
-    case 'JobPromoted': {
-      const d = event.data;
-      const how = event.type === 'SlotAcquired' ? 'acquired' : 'promoted';
-      return [
-        statement(
-          `WITH parked AS (DELETE FROM jl_parked WHERE job_id = $1),
-                job AS (UPDATE jl_jobs SET status = 'holding', lease_id = $2, run_at = NULL, updated_at = ${ms(4)} WHERE job_id = $1)
-           INSERT INTO jl_slots (job_id, stream, key, lease_id, how, acquired_at, expires_at)
-           VALUES ($1, $5, $6, $2, $7, ${ms(4)}, ${ms(3)})`,
-          d.jobId,
-          d.leaseId,
-          d.expiresAt,
-          at,
-          stream,
-          key,
-          how,
-        ),
-      ];
-    }
-    case 'JobParked':
-      return [
-        statement(
-          `WITH job AS (
-             UPDATE jl_jobs SET status = 'parked', run_at = NULL, updated_at = ${ms(2)} WHERE job_id = $1
-             RETURNING job_id, stream, key, priority, seq
-           )
-           INSERT INTO jl_parked (job_id, stream, key, priority, seq, parked_at)
-           SELECT job_id, stream, key, priority, seq, ${ms(2)} FROM job`,
-          event.data.jobId,
-          at,
-        ),
-      ];
-    case 'JobScheduled':
-      return [
-        statement(
-          `UPDATE jl_jobs SET status = 'scheduled', run_at = ${ms(2)}, updated_at = ${ms(3)} WHERE job_id = $1`,
-          event.data.jobId,
-          event.data.runAt,
-          at,
-        ),
-      ];
-    case 'JobStarted': {
-      const d = event.data;
-      return [
-        statement(
-          `WITH slot AS (
-             UPDATE jl_slots SET worker_id = $2, attempt = $3, started_at = ${ms(5)}, expires_at = ${ms(4)} WHERE job_id = $1
-           )
-           UPDATE jl_jobs SET status = 'running', attempts = $3, worker_id = $2, started_at = ${ms(5)}, updated_at = ${ms(5)}
-           WHERE job_id = $1`,
-          d.jobId,
-          d.workerId,
-          d.attempt,
-          d.expiresAt,
-          at,
-        ),
-      ];
-    }
-    case 'LeaseRenewed':
-      return [statement(`UPDATE jl_slots SET expires_at = ${ms(2)} WHERE job_id = $1`, event.data.jobId, event.data.expiresAt)];
-    case 'JobYielded':
-      // The attempt is handed back only if the job was started under the lease it yields (evolve).
-      return [
-        statement(
-          `UPDATE jl_jobs j SET attempts = j.attempts - 1, updated_at = ${ms(2)}
-           FROM jl_slots s WHERE j.job_id = $1 AND s.job_id = $1 AND s.worker_id IS NOT NULL`,
-          event.data.jobId,
-          at,
-        ),
-      ];
-    case 'SlotReleased':
-      return [
-        statement(
-          `WITH slot AS (DELETE FROM jl_slots WHERE job_id = $1)
-           UPDATE jl_jobs SET lease_id = NULL, status = CASE WHEN status IN ${HOLDING} THEN 'pending' ELSE status END, updated_at = ${ms(2)}
-           WHERE job_id = $1`,
-          event.data.jobId,
-          at,
-        ),
-      ];
-    case 'JobFailed':
-      return [
-        statement(`UPDATE jl_jobs SET last_error = $2, attempts = $3, updated_at = ${ms(4)} WHERE job_id = $1`, event.data.jobId, event.data.error, event.data.attempt, at),
-      ];
-    case 'JobCompleted':
-      return finish(event.data.jobId, 'completed', null, at);
-    case 'JobDead':
-      return finish(event.data.jobId, 'dead', event.data.reason, at);
-    case 'JobCancelled':
-      return finish(event.data.jobId, 'cancelled', `cancelled by ${event.data.by}`, at);
-    case 'ParkedDiscarded':
-      return finish(event.data.jobId, 'discarded', `discarded by ${event.data.by}`, at);
-    case 'LeaseExpired':
-    case 'LeaseRevoked':
-      // The SlotReleased that follows in the same append frees the slot and moves the job on.
-      return [];
-  }
+// Bits of SlotChange.m.
+const SLOT_STARTED = 1;
+const SLOT_EXPIRES = 2;
+
+interface Columns {
+  status: string | null;
+  attempts: number | null;
+  run_at: number | null;
+  started_at: number | null;
+  finished_at: number | null;
+  last_error: string | null;
+  finish_reason: string | null;
+  worker_id: string | null;
+  lease_id: string | null;
+}
+
+interface SlotRow {
+  lease_id: string;
+  how: 'acquired' | 'promoted';
+  acquired_at: number;
+  expires_at: number | null;
+  worker_id: string | null;
+  started_at: number | null;
+  attempt: number | null;
+}
+
+/** What one batch does to one job's rows. */
+interface JobChange {
+  readonly jobId: string;
+  readonly stream: string;
+  readonly key: string | null;
+  /** Its JobEnqueued is in the batch: no row of it existed before. */
+  created: { seq: number; name: string; queue: string; args: unknown; priority: number; max_attempts: number; lease_ms: number; enqueued_at: number } | null;
+  m: number;
+  readonly cols: Columns;
+  /** Time of the last event that changes its jl_jobs row; null: the row is not touched. */
+  updatedAt: number | null;
+  /** A JobYielded recorded before it carried `attempts`: hand the attempt back if jl_slots says this lease was started. */
+  yieldLease: string | null;
+  /** Its slot row from before the batch goes. */
+  dropSlot: boolean;
+  /** A slot taken in the batch and still held at its end. */
+  slot: SlotRow | null;
+  /** Changes to a slot row from before the batch (SLOT_* bits). */
+  slotPatch: { m: number; worker_id: string | null; attempt: number | null; started_at: number | null; expires_at: number | null } | null;
+  /** Its jl_parked row from before the batch goes. */
+  dropParked: boolean;
+  /** Parked in the batch and still parked at its end: when. */
+  parkedAt: number | null;
+}
+
+const change = (pe: ProjectedEvent, jobId: string): JobChange => ({
+  jobId,
+  stream: pe.stream,
+  key: pe.key,
+  created: null,
+  m: 0,
+  cols: { status: null, attempts: null, run_at: null, started_at: null, finished_at: null, last_error: null, finish_reason: null, worker_id: null, lease_id: null },
+  updatedAt: null,
+  yieldLease: null,
+  dropSlot: false,
+  slot: null,
+  slotPatch: null,
+  dropParked: false,
+  parkedAt: null,
+});
+
+const set = <K extends keyof Columns>(c: JobChange, bit: number, column: K, value: Columns[K]): void => {
+  c.m |= bit;
+  c.cols[column] = value;
 };
 
-/** A finished job leaves jl_parked; a holder keeps its slot until the SlotReleased that follows. */
-const finish = (jobId: string, status: string, reason: string | null, at: number): readonly Statement[] => [
-  statement(
-    `WITH parked AS (DELETE FROM jl_parked WHERE job_id = $1)
-     UPDATE jl_jobs SET status = $2, finish_reason = $3, run_at = NULL, finished_at = ${ms(4)}, updated_at = ${ms(4)} WHERE job_id = $1`,
-    jobId,
-    status,
-    reason,
-    at,
-  ),
-];
+/** The job leaves parking (promoted, finished). `fromParking`: the event implies it was parked, so a row from before the batch must go. */
+const leaveParking = (c: JobChange, fromParking: boolean): void => {
+  if (c.parkedAt !== null) c.parkedAt = null;
+  else if (fromParking && c.created === null) c.dropParked = true;
+};
+
+const patchSlot = (c: JobChange): NonNullable<JobChange['slotPatch']> =>
+  (c.slotPatch ??= { m: 0, worker_id: null, attempt: null, started_at: null, expires_at: null });
+
+const FINISHED: Partial<Record<KeyEvent['type'], string>> = { JobCompleted: 'completed', JobDead: 'dead', JobCancelled: 'cancelled', ParkedDiscarded: 'discarded' };
+const HOLDING = new Set(['holding', 'running']);
+
+/** Folds one event into its job's change (the per-job mirror of evolve). */
+const foldEvent = (c: JobChange, pe: ProjectedEvent): void => {
+  const { event } = pe;
+  const at = event.data.at;
+  switch (event.type) {
+    case 'JobEnqueued': {
+      const d = event.data;
+      c.created = { seq: pe.revision, name: d.name, queue: d.queue, args: d.args ?? null, priority: d.priority, max_attempts: d.maxAttempts, lease_ms: d.leaseMs, enqueued_at: at };
+      set(c, STATUS, 'status', 'pending');
+      set(c, ATTEMPTS, 'attempts', 0);
+      break;
+    }
+    case 'SlotAcquired':
+    case 'JobPromoted':
+      leaveParking(c, event.type === 'JobPromoted');
+      set(c, STATUS, 'status', 'holding');
+      set(c, LEASE_ID, 'lease_id', event.data.leaseId);
+      set(c, RUN_AT, 'run_at', null);
+      c.slot = { lease_id: event.data.leaseId, how: event.type === 'SlotAcquired' ? 'acquired' : 'promoted', acquired_at: at, expires_at: null, worker_id: null, started_at: null, attempt: null };
+      break;
+    case 'JobParked':
+      set(c, STATUS, 'status', 'parked');
+      set(c, RUN_AT, 'run_at', null);
+      c.parkedAt = at;
+      break;
+    case 'JobScheduled':
+      set(c, STATUS, 'status', 'scheduled');
+      set(c, RUN_AT, 'run_at', event.data.runAt);
+      break;
+    case 'JobStarted': {
+      const { workerId, attempt, expiresAt } = event.data;
+      if (c.slot !== null) Object.assign(c.slot, { worker_id: workerId, attempt, started_at: at, expires_at: expiresAt });
+      else {
+        const p = patchSlot(c);
+        Object.assign(p, { m: p.m | SLOT_STARTED | SLOT_EXPIRES, worker_id: workerId, attempt, started_at: at, expires_at: expiresAt });
+      }
+      set(c, STATUS, 'status', 'running');
+      set(c, ATTEMPTS, 'attempts', attempt);
+      set(c, WORKER_ID, 'worker_id', workerId);
+      set(c, STARTED_AT, 'started_at', at);
+      break;
+    }
+    case 'LeaseRenewed':
+      // The slot only: a renewal leaves jl_jobs (and its updated_at) alone.
+      if (c.slot !== null) c.slot.expires_at = event.data.expiresAt;
+      else {
+        const p = patchSlot(c);
+        p.m |= SLOT_EXPIRES;
+        p.expires_at = event.data.expiresAt;
+      }
+      return;
+    case 'JobYielded':
+      if (event.data.attempts !== undefined) set(c, ATTEMPTS, 'attempts', event.data.attempts);
+      else {
+        // Whether the yielded lease was started, when the batch knows (else jl_slots does).
+        const started = c.slot !== null ? c.slot.worker_id !== null : c.slotPatch !== null && c.slotPatch.m & SLOT_STARTED ? true : undefined;
+        if (started === true) set(c, ATTEMPTS, 'attempts', c.cols.attempts! - 1);
+        else if (started === undefined) c.yieldLease = event.data.leaseId;
+      }
+      break;
+    case 'SlotReleased':
+      if (c.slot !== null) c.slot = null;
+      else {
+        c.dropSlot = c.created === null;
+        c.slotPatch = null;
+      }
+      set(c, LEASE_ID, 'lease_id', null);
+      // A finished job keeps its status; a job released to go elsewhere is pending until the next
+      // event of the same append says where (so never at the end of a batch).
+      if (!(c.m & STATUS) || HOLDING.has(c.cols.status!)) set(c, STATUS, 'status', 'pending');
+      break;
+    case 'JobFailed':
+      set(c, LAST_ERROR, 'last_error', event.data.error);
+      set(c, ATTEMPTS, 'attempts', event.data.attempt);
+      break;
+    case 'JobCompleted':
+    case 'JobDead':
+    case 'JobCancelled':
+    case 'ParkedDiscarded': {
+      // A finished job leaves jl_parked; a holder keeps its slot until the SlotReleased that follows.
+      leaveParking(c, event.type === 'JobCancelled' || event.type === 'ParkedDiscarded');
+      const reason = event.type === 'JobDead' ? event.data.reason : event.type === 'JobCancelled' ? `cancelled by ${event.data.by}` : event.type === 'ParkedDiscarded' ? `discarded by ${event.data.by}` : null;
+      set(c, STATUS, 'status', FINISHED[event.type]!);
+      set(c, FINISH_REASON, 'finish_reason', reason);
+      set(c, RUN_AT, 'run_at', null);
+      set(c, FINISHED_AT, 'finished_at', at);
+      break;
+    }
+    case 'KeyLimitSet':
+    case 'LeaseExpired':
+    case 'LeaseRevoked':
+      // KeyLimitSet is the key's (jl_keys); the SlotReleased that follows an expiry or revocation frees the slot.
+      return;
+  }
+  c.updatedAt = at;
+};
+
+export const projectReadModels = (events: readonly ProjectedEvent[]): readonly Statement[] => {
+  const jobs = new Map<string, JobChange>();
+  const keys = new Map<string, { stream: string; key: string; concurrency_limit: number; lease_ms: number; updated_at: number }>();
+  for (const pe of events) {
+    const { event } = pe;
+    if (event.type === 'KeyLimitSet') {
+      // A job without a key gets a limit-1 stream of its own: not a key a dashboard lists.
+      if (pe.key !== null) keys.set(pe.stream, { stream: pe.stream, key: pe.key, concurrency_limit: event.data.limit, lease_ms: event.data.leaseMs, updated_at: event.data.at });
+      continue;
+    }
+    const { jobId } = event.data;
+    let c = jobs.get(jobId);
+    if (c === undefined) jobs.set(jobId, (c = change(pe, jobId)));
+    foldEvent(c, pe);
+  }
+  const all = [...jobs.values()];
+  const out: Statement[] = [];
+  const add = (text: string, rows: readonly unknown[]) => {
+    if (rows.length > 0) out.push(statement(text, JSON.stringify(rows)));
+  };
+  add(UPSERT_KEYS_SQL, [...keys.values()]);
+  add(INSERT_JOBS_SQL, all.filter((c) => c.created !== null).map((c) => ({ job_id: c.jobId, stream: c.stream, key: c.key, ...c.created, ...c.cols, updated_at: c.updatedAt })));
+  add(UPDATE_JOBS_SQL, all.filter((c) => c.created === null && c.updatedAt !== null).map((c) => ({ job_id: c.jobId, m: c.m, ...c.cols, yield_lease: c.yieldLease, updated_at: c.updatedAt })));
+  const dropSlots = all.filter((c) => c.dropSlot).map((c) => c.jobId);
+  if (dropSlots.length > 0) out.push(statement(DELETE_SLOTS_SQL, dropSlots));
+  add(INSERT_SLOTS_SQL, all.filter((c) => c.slot !== null).map((c) => ({ job_id: c.jobId, stream: c.stream, key: c.key, ...c.slot })));
+  add(UPDATE_SLOTS_SQL, all.filter((c) => c.slotPatch !== null).map((c) => ({ job_id: c.jobId, ...c.slotPatch })));
+  const dropParked = all.filter((c) => c.dropParked).map((c) => c.jobId);
+  if (dropParked.length > 0) out.push(statement(DELETE_PARKED_SQL, dropParked));
+  add(UPSERT_PARKED_SQL, all.filter((c) => c.parkedAt !== null).map((c) => ({ job_id: c.jobId, parked_at: c.parkedAt })));
+  return out;
+};
+
+// Every statement takes its rows as ONE JSON array ($1): one round trip and one plan per table,
+// whatever the batch's size. Epoch-ms times arrive as float8 and become timestamptz the same way
+// live and in a rebuild, so both write the same rows. In this order: jl_jobs before jl_parked (a
+// parked row takes its priority and seq from jl_jobs) and before the jl_slots deletes (a legacy
+// yield reads the slot it hands an attempt back for).
+
+export const UPSERT_KEYS_SQL = `
+INSERT INTO jl_keys (stream, key, concurrency_limit, lease_ms, updated_at)
+SELECT stream, key, concurrency_limit, lease_ms, ${ms('updated_at')}
+FROM jsonb_to_recordset($1::jsonb) AS x (stream text, key text, concurrency_limit int, lease_ms int, updated_at float8)
+ON CONFLICT (stream) DO UPDATE SET concurrency_limit = excluded.concurrency_limit, lease_ms = excluded.lease_ms, updated_at = excluded.updated_at`;
+
+export const INSERT_JOBS_SQL = `
+INSERT INTO jl_jobs (job_id, stream, key, seq, name, queue, args, priority, status, attempts, max_attempts, lease_ms,
+                     enqueued_at, run_at, started_at, finished_at, last_error, finish_reason, worker_id, lease_id, updated_at)
+SELECT job_id, stream, key, seq, name, queue, coalesce(args, 'null'), priority, status, attempts, max_attempts, lease_ms,
+       ${ms('enqueued_at')}, ${ms('run_at')}, ${ms('started_at')}, ${ms('finished_at')}, last_error, finish_reason, worker_id, lease_id, ${ms('updated_at')}
+FROM jsonb_to_recordset($1::jsonb) AS x (
+  job_id text, stream text, key text, seq bigint, name text, queue text, args jsonb, priority bigint, status text, attempts int,
+  max_attempts int, lease_ms int, enqueued_at float8, run_at float8, started_at float8, finished_at float8, last_error text,
+  finish_reason text, worker_id text, lease_id text, updated_at float8)`;
+
+const keep = (bit: number, column: string, value: string) => `${column} = CASE WHEN x.m & ${bit} <> 0 THEN ${value} ELSE j.${column} END`;
+
+export const UPDATE_JOBS_SQL = `
+UPDATE jl_jobs j SET
+  ${keep(STATUS, 'status', 'x.status')},
+  attempts = CASE WHEN x.m & ${ATTEMPTS} <> 0 THEN x.attempts ELSE j.attempts END
+    - CASE WHEN x.yield_lease IS NOT NULL AND EXISTS (
+        SELECT FROM jl_slots s WHERE s.job_id = j.job_id AND s.lease_id = x.yield_lease AND s.worker_id IS NOT NULL
+      ) THEN 1 ELSE 0 END,
+  ${keep(RUN_AT, 'run_at', ms('x.run_at'))},
+  ${keep(STARTED_AT, 'started_at', ms('x.started_at'))},
+  ${keep(FINISHED_AT, 'finished_at', ms('x.finished_at'))},
+  ${keep(LAST_ERROR, 'last_error', 'x.last_error')},
+  ${keep(FINISH_REASON, 'finish_reason', 'x.finish_reason')},
+  ${keep(WORKER_ID, 'worker_id', 'x.worker_id')},
+  ${keep(LEASE_ID, 'lease_id', 'x.lease_id')},
+  updated_at = ${ms('x.updated_at')}
+FROM jsonb_to_recordset($1::jsonb) AS x (
+  job_id text, m int, status text, attempts int, run_at float8, started_at float8, finished_at float8, last_error text,
+  finish_reason text, worker_id text, lease_id text, yield_lease text, updated_at float8)
+WHERE j.job_id = x.job_id`;
+
+export const DELETE_SLOTS_SQL = `DELETE FROM jl_slots WHERE job_id = ANY($1::text[])`;
+
+export const INSERT_SLOTS_SQL = `
+INSERT INTO jl_slots (job_id, stream, key, lease_id, how, acquired_at, expires_at, worker_id, started_at, attempt)
+SELECT job_id, stream, key, lease_id, how, ${ms('acquired_at')}, ${ms('expires_at')}, worker_id, ${ms('started_at')}, attempt
+FROM jsonb_to_recordset($1::jsonb) AS x (
+  job_id text, stream text, key text, lease_id text, how text, acquired_at float8, expires_at float8, worker_id text, started_at float8, attempt int)`;
+
+export const UPDATE_SLOTS_SQL = `
+UPDATE jl_slots s SET
+  worker_id = CASE WHEN x.m & ${SLOT_STARTED} <> 0 THEN x.worker_id ELSE s.worker_id END,
+  attempt = CASE WHEN x.m & ${SLOT_STARTED} <> 0 THEN x.attempt ELSE s.attempt END,
+  started_at = CASE WHEN x.m & ${SLOT_STARTED} <> 0 THEN ${ms('x.started_at')} ELSE s.started_at END,
+  expires_at = CASE WHEN x.m & ${SLOT_EXPIRES} <> 0 THEN ${ms('x.expires_at')} ELSE s.expires_at END
+FROM jsonb_to_recordset($1::jsonb) AS x (job_id text, m int, worker_id text, attempt int, started_at float8, expires_at float8)
+WHERE s.job_id = x.job_id`;
+
+export const DELETE_PARKED_SQL = `DELETE FROM jl_parked WHERE job_id = ANY($1::text[])`;
+
+// The LEFT JOIN is on purpose: a parked job missing from jl_jobs would be a broken ledger, and
+// its NULL stream fails the NOT NULL constraint instead of being skipped.
+export const UPSERT_PARKED_SQL = `
+INSERT INTO jl_parked (job_id, stream, key, priority, seq, parked_at)
+SELECT x.job_id, j.stream, j.key, j.priority, j.seq, ${ms('x.parked_at')}
+FROM jsonb_to_recordset($1::jsonb) AS x (job_id text, parked_at float8) LEFT JOIN jl_jobs j ON j.job_id = x.job_id
+ON CONFLICT (job_id) DO UPDATE SET parked_at = excluded.parked_at`;

@@ -4,8 +4,18 @@ import { START, comparePositions, type GlobalPosition } from '../domain/ports/ev
 import type { Projection } from './projection.js';
 import { applyEvents, inTransaction, projectionLockSql, saveCheckpoint } from './runner.js';
 
+/**
+ * Holds the inline appliers (the key writer's flushes) off the tables for the rest of the
+ * transaction, waiting for those in flight. The tables MUST be locked in the order the
+ * projection writes them (READ_MODEL_TABLES' order): a flush that wrote jl_keys and waits for
+ * jl_jobs while a rebuild holds jl_jobs and waits for jl_keys would deadlock.
+ */
+export const lockOut = async (client: pg.ClientBase, tables: readonly string[]): Promise<void> => {
+  await client.query(`LOCK TABLE ${tables.map((t) => client.escapeIdentifier(t)).join(', ')} IN EXCLUSIVE MODE`);
+};
+
 export interface RebuildOptions {
-  /** Events read and applied per round trip (default 1000). */
+  /** Events read and applied per round trip, about (default 5000; a batch ends with a whole transaction). */
   readonly batchSize?: number;
   /** Called after each batch. */
   readonly onProgress?: (progress: { readonly events: number; readonly position: GlobalPosition }) => void;
@@ -63,9 +73,8 @@ export const rebuildSpec = (projection: Projection): NonNullable<Projection['reb
  * It must not race the live appliers, so before reading it:
  * - takes the projection's advisory lock for the transaction (refused while an async runner
  *   holds it: ProjectionBusyError);
- * - locks projection_streams against writes: inline appliers lock their rows there (FOR UPDATE),
- *   so appends with inline projections wait until the rebuild commits, and those in flight are
- *   waited for.
+ * - locks the projection's tables against writes (lockOut): flushes with inline projections wait
+ *   until the rebuild commits, and those in flight are waited for.
  * Then it takes a snapshot and reads exactly the events committed in it, in the rebuild's own
  * transaction. Not `EventStore.readAll`: readAll stops at the oldest open transaction's id, and
  * the appends queued behind the lock are open, so it would leave out events that committed
@@ -82,12 +91,11 @@ export async function replayInto(
   spec: NonNullable<Projection['rebuild']>,
   options: RebuildOptions = {},
 ): Promise<Rebuilt> {
-  const batchSize = options.batchSize ?? 1_000;
+  const batchSize = options.batchSize ?? 5_000;
   const { rows: locked } = await client.query<{ ok: boolean }>(`SELECT pg_try_advisory_xact_lock(${projectionLockSql(1)}) AS ok`, [projection.name]);
   if (!locked[0]!.ok) throw new ProjectionBusyError(projection.name);
-  await client.query('LOCK TABLE projection_streams IN EXCLUSIVE MODE');
+  await lockOut(client, spec.tables);
   for (const table of spec.tables) await client.query(`DELETE FROM ${client.escapeIdentifier(table)}`);
-  await client.query('DELETE FROM projection_streams WHERE projection = $1', [projection.name]);
   const { rows: snap } = await client.query<{ snapshot: string; xmin: string }>(
     'SELECT pg_current_snapshot()::text AS snapshot, pg_snapshot_xmin(pg_current_snapshot())::text AS xmin',
   );
@@ -96,16 +104,10 @@ export async function replayInto(
   let checkpoint = START;
   let events = 0;
   for (;;) {
-    const { rows } = await client.query<EventRow>(
-      `SELECT ${EVENT_COLUMNS} FROM events
-       WHERE (transaction_id, global_position) > ($1::xid8, $2::bigint) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)
-       ORDER BY transaction_id, global_position
-       LIMIT $4`,
-      [after.commit.toString(), after.prepare.toString(), snapshot, batchSize],
-    );
+    const { rows } = await client.query<EventRow>(REPLAY_SQL, [after.commit.toString(), after.prepare.toString(), snapshot, batchSize]);
     if (rows.length === 0) break;
     const batch = rows.map(toRecordedEvent);
-    await applyEvents(client, projection, batch);
+    await applyEvents(client, [projection], batch);
     events += batch.length;
     after = batch.at(-1)!.position;
     for (const e of batch) if (e.position.commit < BigInt(xmin) && comparePositions(e.position, checkpoint) > 0) checkpoint = e.position;
@@ -115,3 +117,15 @@ export async function replayInto(
   await saveCheckpoint(client, projection.name, checkpoint, { force: true });
   return { events, checkpoint };
 }
+
+// The events committed in the rebuild's snapshot after a position, `$4` of them and then the rest
+// of the last one's transaction: projections take whole transactions (./projection.ts). Both
+// scans walk events_global_order from the position, so a batch costs its size, not the ledger's.
+const AFTER = `(transaction_id, global_position) > ($1::xid8, $2::bigint) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)`;
+export const REPLAY_SQL = `
+SELECT ${EVENT_COLUMNS} FROM events
+WHERE ${AFTER}
+  AND transaction_id <= coalesce(
+    (SELECT transaction_id FROM events WHERE ${AFTER} ORDER BY transaction_id, global_position OFFSET $4 - 1 LIMIT 1),
+    '18446744073709551615'::xid8)
+ORDER BY transaction_id, global_position`;

@@ -27,7 +27,7 @@ export interface Verified {
 
 // Bookkeeping tables the rebuild writes besides the projection's own: copied too, so the replay
 // leaves the live ones alone.
-const BOOKKEEPING = ['projection_streams', 'projection_checkpoints'];
+const BOOKKEEPING = ['projection_checkpoints'];
 
 /**
  * Replays the whole ledger into scratch copies of the projection's tables, beside the live ones,
@@ -40,9 +40,9 @@ const BOOKKEEPING = ['projection_streams', 'projection_checkpoints'];
  * resolves to the live ledger.
  *
  * The live tables MUST hold still between the replay's snapshot and the comparison, or an append
- * in between would show up as a difference: the live projection_streams is locked against writes
- * first, which holds inline appliers off (and waits for those in flight), exactly as a rebuild
- * does; an async runner holding the projection makes it fail with ProjectionBusyError.
+ * in between would show up as a difference: they are locked against writes first, in the order lockOut gives,
+ * which holds inline appliers off (and waits for those in flight), exactly as a rebuild does; an
+ * async runner holding the projection makes it fail with ProjectionBusyError.
  */
 export async function verify(pool: pg.Pool, projection: Projection, options: RebuildOptions = {}): Promise<Verified> {
   const spec = rebuildSpec(projection);
@@ -64,7 +64,7 @@ export async function verify(pool: pg.Pool, projection: Projection, options: Reb
         if (found === undefined) throw new Error(`verify ${projection.name}: table ${name} does not exist (run jobledger migrate)`);
         return found;
       };
-      await client.query(`LOCK TABLE ${liveTable('projection_streams')} IN EXCLUSIVE MODE`);
+      await client.query(`LOCK TABLE ${tables.map(liveTable).join(', ')} IN EXCLUSIVE MODE`);
       const scratch = id(`jobledger_verify_${randomBytes(6).toString('hex')}`);
       await client.query(`CREATE SCHEMA ${scratch}`);
       for (const name of [...tables, ...BOOKKEEPING]) await client.query(`CREATE TABLE ${scratch}.${id(name)} (LIKE ${liveTable(name)} INCLUDING ALL)`);

@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { expect } from 'vitest';
 import type { Ledger } from '../../src/adapters/ledger.js';
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
-import { decodeRecorded } from '../../src/commands/key-state-loader.js';
+import { decodeRecorded } from '../../src/domain/recorded.js';
 import type { Command } from '../../src/domain/commands.js';
 import { evolve, fold, holders, initialKeyState, jobsIn, parkedInOrder, type KeyState } from '../../src/domain/key-state.js';
 import type { RecordedEvent } from '../../src/domain/ports/event-store.js';

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import * as E from 'fp-ts/lib/Either.js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
-import { decodeRecorded } from '../../src/commands/key-state-loader.js';
+import { decodeRecorded } from '../../src/domain/recorded.js';
 import { fold, holders, initialKeyState, jobsIn } from '../../src/domain/key-state.js';
 import type { RecordedEvent } from '../../src/domain/ports/event-store.js';
 import { keyStream } from '../../src/domain/streams.js';

@@ -51,7 +51,7 @@ export const registerMetrics = (app: FastifyInstance, ledger: Ledger, db: Querya
     }),
   ];
   const read = async (): Promise<Figures> => {
-    const async = ledger.asyncProjections.map((p) => p.name);
+    const async = ledger.projectionMode === 'async' ? [READ_MODELS, DISPATCHER] : [];
     const figures = await readLedgerMetrics(db, async);
     const queueMetrics = await Promise.all(figures.queues.map((q) => ledger.queue.metrics(q)));
     // Inline projections apply in the append's transaction: never behind.

@@ -3,6 +3,7 @@ import { eventStore } from './migrations/0001-event-store.js';
 import { queue } from './migrations/0002-queue.js';
 import { readModels } from './migrations/0003-read-models.js';
 import { jobListing } from './migrations/0004-job-listing.js';
+import { setBasedWrites } from './migrations/0005-set-based-writes.js';
 
 export interface Migration {
   /** Applied in increasing order; never renumber or edit one that has shipped, append a new one. */
@@ -12,7 +13,7 @@ export interface Migration {
   readonly sql: string;
 }
 
-export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing];
+export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites];
 
 /**
  * Applies the pending migrations, all in one transaction: a process sees the whole schema or the

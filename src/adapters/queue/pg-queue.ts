@@ -1,4 +1,6 @@
 import type pg from 'pg';
+import type { DispatchQueue } from '../../projections/dispatcher.js';
+import type { Statement } from '../../projections/projection.js';
 import { NotificationListener } from '../postgres/listener.js';
 
 /**
@@ -344,17 +346,19 @@ const CREATE_SQL = `
 INSERT INTO queues (name) SELECT $1 WHERE NOT EXISTS (SELECT FROM queues WHERE name = $1)
 ON CONFLICT (name) DO NOTHING`;
 
-// Send: $2 a JSON array of messages, $3 delay in ms.
+// Send: the messages are the rows (queue, message, ord) of `source`, visible `delay` after the
+// statement; sendBatch's source is its JSON array, the dispatcher's a SELECT over jl_jobs.
 //
-// This MUST stay one statement: the messages, the queue row they reference and the count must
+// This MUST stay one statement: the messages, the queue rows they reference and the counts must
 // commit together (a caller's transaction may roll back any of it), and pg_notify must sit in
 // the statement that inserts so it is queued only when the insert happened; PostgreSQL delivers
-// it at commit, and drops it on rollback.
+// it at commit (once per queue and transaction: it folds identical notifications), and drops it
+// on rollback.
 //
-// The count, without contention: a send typically runs inside the caller's transaction (the
-// dispatcher's event append) and stays open until that commits. Had it updated the queue row,
-// every other sender to the queue would wait for that commit: all appends dispatching to one
-// queue would run one after the other. So:
+// The counts, without contention: a send typically runs inside the caller's transaction (the
+// key writer's flush) and stays open until that commits. Had it updated the queue row, every
+// other sender to the queue would wait for that commit: all flushes dispatching to one queue
+// would run one after the other. So, per queue:
 //   - `created`: a queue missing from the snapshot is inserted with its first count;
 //   - `held`: an existing queue row is locked only if no other transaction holds it
 //     (SKIP LOCKED, never a wait), and then takes this count plus every pending one (`folded`);
@@ -367,41 +371,48 @@ ON CONFLICT (name) DO NOTHING`;
 // The one wait left is at creation: a send that creates a queue makes a concurrent send creating
 // the same queue wait for its transaction to end; two transactions each creating two new queues
 // in opposite orders can deadlock (PostgreSQL fails one). create() long-lived queues up front.
-const SEND_SQL = `
-WITH batch AS (
-  SELECT jsonb_array_length($2::jsonb) AS n, statement_timestamp() AS at
-),
+const sendSql = (source: string, delay: string) => `
+WITH src AS MATERIALIZED (${source}),
+per_queue AS (SELECT queue, count(*) AS n FROM src GROUP BY queue),
+batch AS (SELECT statement_timestamp() AS at),
 created AS (
-  INSERT INTO queues (name, total_sent) SELECT $1, n FROM batch
-  WHERE NOT EXISTS (SELECT FROM queues WHERE name = $1)  -- not redundant, see CREATE_SQL
+  INSERT INTO queues (name, total_sent) SELECT queue, n FROM per_queue
+  WHERE NOT EXISTS (SELECT FROM queues q WHERE q.name = per_queue.queue)  -- not redundant, see CREATE_SQL
   ON CONFLICT (name) DO NOTHING
   RETURNING name
 ),
 held AS (
   SELECT name FROM queues
-  WHERE name = $1 AND current_setting('transaction_isolation') = 'read committed'
+  WHERE name IN (SELECT queue FROM per_queue) AND current_setting('transaction_isolation') = 'read committed'
   FOR NO KEY UPDATE SKIP LOCKED
 ),
 folded AS (
-  DELETE FROM queue_send_counts WHERE queue = $1 AND EXISTS (SELECT FROM held)
-  RETURNING sent
+  DELETE FROM queue_send_counts WHERE queue IN (SELECT name FROM held)
+  RETURNING queue, sent
 ),
 counted AS (
-  UPDATE queues SET total_sent = total_sent + (SELECT n FROM batch) + (SELECT coalesce(sum(sent), 0) FROM folded)
-  WHERE name = (SELECT name FROM held)
+  UPDATE queues q
+  SET total_sent = total_sent + (SELECT n FROM per_queue p WHERE p.queue = q.name)
+                 + (SELECT coalesce(sum(sent), 0) FROM folded f WHERE f.queue = q.name)
+  WHERE name IN (SELECT name FROM held)
 ),
 pending AS (
   INSERT INTO queue_send_counts (queue, sent)
-  SELECT $1, n FROM batch WHERE NOT EXISTS (SELECT FROM created) AND NOT EXISTS (SELECT FROM held)
+  SELECT queue, n FROM per_queue
+  WHERE queue NOT IN (SELECT name FROM created) AND queue NOT IN (SELECT name FROM held)
 ),
 sent AS (
   INSERT INTO queue_messages (queue, enqueued_at, vt, message)
-  SELECT $1, batch.at, batch.at + $3::float8 ${MS}, m.message
-  FROM batch, jsonb_array_elements($2::jsonb) WITH ORDINALITY AS m (message, ord)
-  ORDER BY m.ord
+  SELECT src.queue, batch.at, batch.at + ${delay}, src.message
+  FROM batch, src
+  ORDER BY src.ord
   RETURNING msg_id
 )
-SELECT array(SELECT msg_id::text FROM sent ORDER BY msg_id) AS ids, pg_notify('${QUEUE_CHANNEL}', $1)`;
+SELECT array(SELECT msg_id::text FROM sent ORDER BY msg_id) AS ids,
+       (SELECT count(pg_notify('${QUEUE_CHANNEL}', queue)) FROM per_queue) AS notified`;
+
+// sendBatch: $1 queue, $2 a JSON array of messages, $3 delay in ms.
+const SEND_SQL = sendSql(`SELECT $1::text AS queue, m.message, m.ord FROM jsonb_array_elements($2::jsonb) WITH ORDINALITY AS m (message, ord)`, `$3::float8 ${MS}`);
 
 // The visible messages of the queue, oldest-visible first: vt order (then msg_id) is the order
 // of the queue_messages_read index, so the scan starts at the first visible message and stops
@@ -475,6 +486,40 @@ archived AS (
   RETURNING msg_id
 )
 SELECT msg_id::text AS msg_id FROM archived ORDER BY msg_id`;
+
+// The dispatcher's archive: by id alone (a batch's releases span queues). One statement, as ARCHIVE_SQL.
+const ARCHIVE_BY_ID_SQL = `
+WITH locked AS MATERIALIZED (SELECT msg_id FROM queue_messages WHERE msg_id = ANY ($1::bigint[]) ORDER BY msg_id FOR UPDATE),
+moved AS (
+  DELETE FROM queue_messages m USING locked WHERE m.msg_id = locked.msg_id
+  RETURNING m.msg_id, m.queue, m.read_ct, m.enqueued_at, m.vt, m.message
+)
+INSERT INTO queue_archive (msg_id, queue, read_ct, enqueued_at, archived_at, vt, message)
+SELECT msg_id, queue, read_ct, enqueued_at, statement_timestamp(), vt, message FROM moved`;
+
+// The dispatcher's visibility moves: $1 a JSON array of {msg_id, ms}; rows locked in msg_id order, as LOCK_IN_ORDER.
+const SET_VISIBILITY_SQL = `
+WITH x AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS x (msg_id bigint, ms float8)),
+locked AS MATERIALIZED (SELECT m.msg_id FROM queue_messages m JOIN x ON x.msg_id = m.msg_id ORDER BY m.msg_id FOR UPDATE OF m)
+UPDATE queue_messages m SET vt = statement_timestamp() + x.ms ${MS}
+FROM x JOIN locked ON locked.msg_id = x.msg_id
+WHERE m.msg_id = x.msg_id`;
+
+/** The dispatcher's statements on the queue, run in the transaction that applies its batch. */
+export const dispatchQueue: DispatchQueue = {
+  send: (source: Statement) => ({ text: sendSql(source.text, `0 ${MS}`), values: source.values }),
+  archive: (msgIds) => ({ text: ARCHIVE_BY_ID_SQL, values: [msgIds] }),
+  setVisibility: (entries) => ({ text: SET_VISIBILITY_SQL, values: [JSON.stringify(entries.map((e) => ({ msg_id: e.msgId, ms: e.ms })))] }),
+};
+
+/** read() as a statement, for a caller that reads inside its own transaction (the key writer's flush). */
+export const readStatement = (queue: string, vtMs: number, qty: number): Statement => {
+  checkQueue(queue);
+  checkMs('vtMs', vtMs);
+  return { text: READ_SQL, values: [queue, vtMs, qty] };
+};
+
+export const toQueueMessage = <T>(row: unknown): QueueMessage<T> => toMessage<T>(row as MessageRow);
 
 const DELETE_SQL = `DELETE FROM queue_messages WHERE queue = $1 AND msg_id = $2::bigint`;
 

@@ -1,17 +1,18 @@
 import * as E from 'fp-ts/lib/Either.js';
 import pg from 'pg';
-import type { CommandResult } from '../../commands/key-command-handler.js';
+import type { CommandResult, KeyCommand } from '../../commands/key-writer.js';
 import type { Logger } from '../../domain/ports/logger.js';
-import type { CommandExecutor } from './worker.js';
 
 export interface SweeperOptions {
   /** Between sweeps (default 1000 ms). */
   readonly intervalMs?: number;
   /** Streams handled per sweep and kind, at most (default 500). */
   readonly batch?: number;
+  /** The ledger's clock (epoch ms): candidates are found on the clock the decider decides on. */
+  readonly clock?: () => number;
+  /** [0, 1): the retry jitter of expired started leases. */
+  readonly random?: () => number;
 }
-
-const CHUNK = 25;
 
 /** Session advisory lock held by the one active sweeper. */
 const LEADER_LOCK = "hashtextextended('jobledger:sweeper', 0)";
@@ -30,7 +31,7 @@ export class Sweeper {
   private stopped = false;
 
   constructor(
-    private readonly ledger: Pick<CommandExecutor, 'executeMany'>,
+    private readonly writer: { executeMany(items: readonly KeyCommand[]): Promise<CommandResult[]> },
     private readonly pool: pg.Pool,
     private readonly log: Logger,
     private readonly options: SweeperOptions = {},
@@ -87,26 +88,41 @@ export class Sweeper {
     return true;
   }
 
-  /** One sweep: ExpireLeases on every stream with an expired lease, AdmitDue on every stream with a due job. */
+  /**
+   * One sweep: ExpireLeases on every stream with an expired started lease, AdmitDue on every
+   * stream with a due job. Each stream is a submission of its own: the key writer puts them all
+   * in one transaction, and one broken or busy key holds up no other.
+   */
   async sweep(): Promise<{ readonly expired: number; readonly admitted: number }> {
     const limit = this.options.batch ?? 500;
-    const expired = await this.streams(`SELECT DISTINCT stream FROM jl_slots WHERE expires_at <= now() LIMIT $1`, limit);
-    const due = await this.streams(`SELECT DISTINCT stream FROM jl_jobs WHERE status = 'scheduled' AND run_at <= now() LIMIT $1`, limit);
-    const commands = [
-      ...expired.map((stream) => ({ stream, command: { type: 'ExpireLeases', jitter: Math.random() } as const, metadata: { by: 'sweeper' } })),
+    const now = (this.options.clock ?? Date.now)();
+    const random = this.options.random ?? Math.random;
+    const [expired, due] = await Promise.all([this.streams(EXPIRED_LEASES_SQL, now, limit), this.streams(DUE_JOBS_SQL, now, limit)]);
+    const commands: KeyCommand[] = [
+      ...expired.map((stream) => ({ stream, command: { type: 'ExpireLeases', jitter: random() } as const, metadata: { by: 'sweeper' } })),
       ...due.map((stream) => ({ stream, command: { type: 'AdmitDue' } as const, metadata: { by: 'sweeper' } })),
     ];
+    const settled = await Promise.allSettled(commands.map((c) => this.writer.executeMany([c])));
     const results: CommandResult[] = [];
-    // Small transactions: one busy key conflicting with a worker re-decides its chunk, not the whole sweep.
-    for (let i = 0; i < commands.length; i += CHUNK) results.push(...(await this.ledger.executeMany(commands.slice(i, i + CHUNK))));
+    settled.forEach((r, i) => {
+      if (r.status === 'fulfilled') results.push(...r.value);
+      else this.log.error({ err: r.reason, stream: commands[i]!.stream }, 'sweep of a stream failed; trying again next time');
+    });
     const count = (type: string) => results.reduce((n, r) => n + (E.isRight(r) ? r.right.events.filter((e) => e.type === type).length : 0), 0);
     const summary = { expired: count('LeaseExpired'), admitted: count('SlotAcquired') + count('JobParked') };
     if (summary.expired + summary.admitted > 0) this.log.info(summary, 'sweeper: leases expired, due jobs admitted');
     return summary;
   }
 
-  private async streams(sql: string, limit: number): Promise<string[]> {
-    const { rows } = await this.pool.query<{ stream: string }>(sql, [limit]);
+  private async streams(sql: string, now: number, limit: number): Promise<string[]> {
+    const { rows } = await this.pool.query<{ stream: string }>(sql, [now, limit]);
     return rows.map((r) => r.stream);
   }
 }
+
+// Candidates only: the decider decides (a lease renewed meanwhile decides nothing). $1 is now
+// on the ledger's clock (epoch ms), the clock the decider decides on; $2 the most streams.
+/** Streams with a started lease expired by $1 (jl_slots_expiry; an admission nobody started has no expiry). */
+export const EXPIRED_LEASES_SQL = `SELECT DISTINCT stream FROM jl_slots WHERE expires_at <= to_timestamp($1::float8 / 1000) LIMIT $2`;
+/** Streams with a scheduled job due by $1 (jl_jobs_due). */
+export const DUE_JOBS_SQL = `SELECT DISTINCT stream FROM jl_jobs WHERE run_at <= to_timestamp($1::float8 / 1000) LIMIT $2`;

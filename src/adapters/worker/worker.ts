@@ -1,31 +1,32 @@
 import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
 import * as E from 'fp-ts/lib/Either.js';
-import type { CommandResult, KeyCommand } from '../../commands/key-command-handler.js';
+import type { CommandResult, KeyCommand, ReadAndStart, ReadStarted, StartedJob } from '../../commands/key-writer.js';
 import type { Command } from '../../domain/commands.js';
 import { describeDomainError } from '../../domain/errors.js';
-import { ValidationError } from '../../domain/values.js';
+import type { HandedOffJob } from '../../domain/ports/ledger-store.js';
 import type { Logger } from '../../domain/ports/logger.js';
-import { streamFor } from '../../domain/streams.js';
-import type { DispatchMessage } from '../../projections/dispatcher.js';
-import type { PgQueue, QueueMessage } from '../queue/pg-queue.js';
+import { ValidationError } from '../../domain/values.js';
+import type { PgQueue } from '../queue/pg-queue.js';
 import { Wakeup } from '../wakeup.js';
-import { Batcher } from './batcher.js';
 import { handlerTable, type HandlerMap, type JobHandler } from './define-job.js';
 
-/** The ledger as the worker uses it: decide and append commands over many keys in one transaction. */
-export interface CommandExecutor {
-  executeMany(items: readonly KeyCommand[]): Promise<CommandResult[]>;
-  /** Whether admissions are dispatched inline, in the append: direct handoff needs it (see handedOffJobs). */
+/** What a worker needs of the ledger. */
+export interface WorkerDeps {
+  /** The process's key writer: every start, renewal and result goes through it (and into its group commit). */
+  readonly writer: {
+    executeMany(items: readonly KeyCommand[]): Promise<CommandResult[]>;
+    readAndStart(request: ReadAndStart): Promise<ReadStarted>;
+  };
+  readonly queue: Pick<PgQueue, 'listen'>;
+  /** Whether admissions are dispatched inline, in the append: direct handoff needs it. */
   readonly directHandoff: boolean;
-  /** Name, args and key of jobs a worker started by direct handoff (their admissions got no message). */
-  handedOffJobs(jobIds: readonly string[]): Promise<readonly HandedOffJob[]>;
   /** Calls `lost` with the lease id of each lease taken from its holder (revoked, expired), soon after it is. */
   watchLostLeases(lost: (leaseId: string) => void): { stop(): Promise<void> };
+  /** The ledger's clock (epoch ms): decisions and the handoff slice share it. */
+  readonly clock: () => number;
+  readonly random: () => number;
 }
-
-/** What a queue message would have told the worker of a job started by direct handoff. */
-export type HandedOffJob = Pick<DispatchMessage, 'jobId' | 'key' | 'name' | 'args'>;
 
 export interface WorkerOptions {
   readonly handlers: HandlerMap;
@@ -38,7 +39,7 @@ export interface WorkerOptions {
   readonly pollIntervalMs?: number;
   /** How long stop() lets running handlers finish before yielding them (default 10 s). */
   readonly graceMs?: number;
-  /** Visibility of a message read but not yet started (default 30 s); once started, the job's lease. */
+  /** Visibility of a message read but not yet started (default 30 s); once started, the message follows the job's lease. */
   readonly visibilityMs?: number;
   /** Renew leases (default true; tests turn it off to let a lease lapse under a live handler). */
   readonly heartbeat?: boolean;
@@ -52,6 +53,15 @@ export interface WorkerOptions {
   readonly handoffSliceMs?: number;
 }
 
+export const WORKER_DEFAULTS = {
+  queue: 'default',
+  concurrency: 10,
+  pollIntervalMs: 1_000,
+  graceMs: 10_000,
+  visibilityMs: 30_000,
+  handoffSliceMs: 1_000,
+} as const;
+
 interface Running {
   /** Its queue message; null for a job started by direct handoff (it has none). */
   readonly msgId: string | null;
@@ -61,16 +71,23 @@ interface Running {
   readonly leaseId: string;
   readonly leaseMs: number;
   readonly controller: AbortController;
-  readonly done: Promise<void>;
   /** When the first job of this slot's run of direct handoffs started (this one's start if it came from the queue). */
   readonly sliceStartedAt: number;
   heartbeat: NodeJS.Timeout | undefined;
+  /** Settles when the handler has returned (or thrown). */
+  done: Promise<void>;
 }
 
-/** A job the ledger has just started for this worker, ready to run: its message's fields, and more. */
-interface Admitted extends DispatchMessage {
+/** A job the ledger has just started for this worker, ready to run. */
+interface Admitted {
   readonly msgId: string | null;
   readonly stream: string;
+  readonly jobId: string;
+  readonly key: string | null;
+  readonly leaseId: string;
+  readonly name: string;
+  readonly args: unknown;
+  readonly attempt: number;
   readonly leaseMs: number;
   readonly sliceStartedAt: number;
 }
@@ -78,14 +95,16 @@ interface Admitted extends DispatchMessage {
 type Finish = { readonly kind: 'complete' } | { readonly kind: 'fail'; readonly error: string };
 
 /**
- * Runs admitted jobs from one dispatch queue: read a batch -> Start them in one transaction (a
- * stale or already started lease: archive, run nothing) -> run each handler with an AbortSignal,
- * renewing its lease every lease/3 (set_vt + Renew) -> Complete or Fail -> archive. Starts,
- * renewals and completions are grouped into transactions (Batcher) across keys, each key's append
- * with its own expected revision; the ledger, not the queue, decides, so a duplicate delivery
- * never runs a job twice and a reclaimed holder never frees a slot. A Complete or Fail may start
- * the job its release promotes in the same append (direct handoff, handoffSliceMs): that job runs
- * here with no message. A lease taken away (revoked, expired) aborts its handler as soon as the
+ * Runs admitted jobs from one dispatch queue: the key writer reads messages AND starts them in
+ * one transaction (a stale or already started lease: archived there, run nothing) -> each
+ * handler runs with an AbortSignal, its lease renewed every lease/3 -> Complete or Fail, whose
+ * append also archives the message. Every one of these goes through the process's key writer, so
+ * the starts, renewals and results of all handlers (and of every other writer of the process)
+ * share transactions, each key's append with its own expected revision; the ledger, not the
+ * queue, decides, so a duplicate delivery never runs a job twice and a reclaimed holder never
+ * frees a slot. A Complete or Fail may start the job its release promotes in the same append
+ * (direct handoff, handoffSliceMs): that job runs here with no message, its name and args coming
+ * back with the commit. A lease taken away (revoked, expired) aborts its handler as soon as the
  * dispatcher announces it.
  */
 export class Worker {
@@ -95,8 +114,11 @@ export class Worker {
   private readonly handoffSliceMs: number;
   private readonly handlers: ReadonlyMap<string, JobHandler>;
   private readonly running = new Map<string, Running>();
-  private readonly renewals: Batcher<Running, boolean>;
-  private readonly finishes: Batcher<{ readonly run: Running; readonly finish: Finish }, void>;
+  /** Slots kept for a job a completion in flight may hand off to this worker. */
+  private reserved = 0;
+  /** The last read filled every free slot: more may be waiting, so a freed slot reads again. */
+  private moreWaiting = true;
+  private readonly results = new Set<Promise<void>>();
   private loop: Promise<void> | undefined;
   /** Aborts a running handler as soon as its lease is taken away; on until stop() has finished. */
   private leaseWatch: { stop(): Promise<void> } | undefined;
@@ -104,23 +126,18 @@ export class Worker {
   private readonly wakeup = new Wakeup();
 
   constructor(
-    private readonly ledger: CommandExecutor,
-    private readonly queue: PgQueue,
+    private readonly deps: WorkerDeps,
     private readonly log: Logger,
     private readonly options: WorkerOptions,
-    /** The ledger's clock (epoch ms): decisions and the handoff slice share it. */
-    private readonly clock: () => number = Date.now,
   ) {
     this.workerId = options.workerId ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
-    this.queueName = options.queue ?? 'default';
-    this.concurrency = options.concurrency ?? 10;
+    this.queueName = options.queue ?? WORKER_DEFAULTS.queue;
+    this.concurrency = options.concurrency ?? WORKER_DEFAULTS.concurrency;
     if (!Number.isInteger(this.concurrency) || this.concurrency < 1) throw new ValidationError('concurrency', 'must be an integer of 1 or more');
-    const slice = options.handoffSliceMs ?? 1_000;
+    const slice = options.handoffSliceMs ?? WORKER_DEFAULTS.handoffSliceMs;
     if (!Number.isFinite(slice) || slice < 0) throw new ValidationError('handoffSliceMs', 'must be a duration of 0 ms or more');
-    this.handoffSliceMs = ledger.directHandoff ? slice : 0;
+    this.handoffSliceMs = deps.directHandoff ? slice : 0;
     this.handlers = handlerTable(options.handlers);
-    this.renewals = new Batcher((runs) => this.renewMany(runs));
-    this.finishes = new Batcher((items) => this.finishMany(items));
   }
 
   /** Number of handlers running now. */
@@ -130,12 +147,15 @@ export class Worker {
 
   start(): void {
     if (this.loop) return;
-    const listener = this.queue.listen(this.queueName, () => this.wakeup.wake());
-    this.leaseWatch = this.ledger.watchLostLeases((leaseId) => {
+    const listener = this.deps.queue.listen(this.queueName, () => {
+      this.moreWaiting = true;
+      this.wakeup.wake();
+    });
+    this.leaseWatch = this.deps.watchLostLeases((leaseId) => {
       const run = this.running.get(leaseId);
       if (run === undefined || run.controller.signal.aborted) return;
       this.log.warn({ jobId: run.jobId, leaseId }, 'lease revoked or expired: handler aborted');
-      this.release(run, `lease ${leaseId} was revoked or expired`);
+      this.abort(run, `lease ${leaseId} was revoked or expired`);
     });
     this.loop = this.readLoop().finally(() => listener.stop());
   }
@@ -144,7 +164,7 @@ export class Worker {
    * Graceful shutdown: stop reading, let running handlers finish within the grace period, then
    * abort and yield the rest (their slots go back; no attempt is burned).
    */
-  async stop(graceMs = this.options.graceMs ?? 10_000): Promise<void> {
+  async stop(graceMs = this.options.graceMs ?? WORKER_DEFAULTS.graceMs): Promise<void> {
     this.stopping = true;
     this.wakeup.wake();
     await this.loop;
@@ -152,43 +172,48 @@ export class Worker {
     await Promise.race([Promise.all([...this.running.values()].map((r) => r.done)), deadline]);
     const left = [...this.running.values()];
     if (left.length > 0) {
-      for (const run of left) this.release(run, 'shutdown: yielded to another worker');
-      const results = await this.ledger.executeMany(left.map((run) => this.command(run, { type: 'Yield', jobId: run.jobId, leaseId: run.leaseId })));
+      for (const run of left) this.abort(run, 'shutdown: yielded to another worker');
+      const results = await this.deps.writer.executeMany(left.map((run) => this.command(run, { type: 'Yield', jobId: run.jobId, leaseId: run.leaseId })));
       this.log.info({ yielded: left.length, refused: results.filter(E.isLeft).length }, 'yielded running jobs at shutdown');
-      await this.archive(left);
     }
-    await this.finishes.drain();
+    await this.settled();
     await this.leaseWatch?.stop();
   }
 
-  private async readLoop(): Promise<void> {
-    const pollMs = this.options.pollIntervalMs ?? 1_000;
-    while (!this.stopping) {
-      this.wakeup.reset();
-      const free = this.concurrency - this.running.size;
-      const messages = free > 0 ? await this.readBatch(free) : [];
-      if (messages.length > 0) {
-        try {
-          await this.startBatch(messages);
-        } catch (error) {
-          // The messages stay in the queue and come back when their visibility lapses; the ledger
-          // decides again then.
-          this.log.error({ err: error }, 'starting a batch failed; retrying');
-          await new Promise((resolve) => setTimeout(resolve, 1_000));
-        }
-        continue;
-      }
-      await this.wakeup.sleep(pollMs);
-    }
+  /** Resolves when every result of a returned handler is recorded (an aborted handler still running records none). */
+  private async settled(): Promise<void> {
+    while (this.results.size > 0) await Promise.all(this.results);
   }
 
-  private async readBatch(qty: number): Promise<QueueMessage<DispatchMessage>[]> {
-    try {
-      return await this.queue.read<DispatchMessage>(this.queueName, this.options.visibilityMs ?? 30_000, qty);
-    } catch (error) {
-      this.log.error({ err: error }, 'reading the queue failed; retrying');
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
-      return [];
+  private free(): number {
+    return this.concurrency - this.running.size - this.reserved;
+  }
+
+  private async readLoop(): Promise<void> {
+    const pollMs = this.options.pollIntervalMs ?? WORKER_DEFAULTS.pollIntervalMs;
+    while (!this.stopping) {
+      this.wakeup.reset();
+      if (this.free() > 0) {
+        let asked = 0;
+        try {
+          const { read, started } = await this.deps.writer.readAndStart({
+            queue: this.queueName,
+            vtMs: this.options.visibilityMs ?? WORKER_DEFAULTS.visibilityMs,
+            workerId: this.workerId,
+            // Asked when the flush starts: the slots free then, not now.
+            qty: () => (asked = this.stopping ? 0 : Math.max(0, this.free())),
+          });
+          for (const s of started) this.run(admittedFrom(s));
+          this.moreWaiting = asked > 0 && read >= asked;
+          if (this.moreWaiting) continue;
+        } catch (error) {
+          // Nothing was started: the messages become visible again when their timeout passes.
+          this.log.error({ err: error }, 'reading and starting jobs failed; retrying');
+          await new Promise((resolve) => setTimeout(resolve, 1_000));
+          continue;
+        }
+      }
+      await this.wakeup.sleep(pollMs);
     }
   }
 
@@ -196,64 +221,27 @@ export class Worker {
     return { stream: run.stream, command, metadata: { workerId: this.workerId } };
   }
 
-  /** Starts a batch of admissions in one transaction; only the ones the ledger accepts run. */
-  private async startBatch(messages: readonly QueueMessage<DispatchMessage>[]): Promise<void> {
-    const starts = messages.map((m) => ({ m, stream: streamFor(m.message.key, m.message.jobId) }));
-    const results = await this.ledger.executeMany(
-      starts.map(({ m, stream }) => this.command({ stream }, { type: 'Start', jobId: m.message.jobId, leaseId: m.message.leaseId, workerId: this.workerId })),
-    );
-    const refused: string[] = [];
-    results.forEach((result, i) => {
-      const { m, stream } = starts[i]!;
-      if (E.isLeft(result)) {
-        this.log.info({ jobId: m.message.jobId, leaseId: m.message.leaseId, key: m.message.key }, `not run: ${describeDomainError(result.left)}`);
-        refused.push(m.msgId);
-        return;
-      }
-      const started = result.right.events.find((e) => e.type === 'JobStarted');
-      if (started?.type !== 'JobStarted') throw new Error(`Start of ${m.message.jobId} decided no JobStarted`);
-      const { jobId, key, leaseId, name, args } = m.message;
-      const { attempt, expiresAt, at } = started.data;
-      this.run({ msgId: m.msgId, stream, jobId, key, leaseId, name, args, attempt, leaseMs: expiresAt - at, sliceStartedAt: at });
-    });
-    if (refused.length > 0) await this.queue.archiveMany(this.queueName, refused);
-  }
-
   private run(admitted: Admitted): void {
     const { msgId, stream, jobId, key, leaseId, name, args, attempt, leaseMs, sliceStartedAt } = admitted;
     const controller = new AbortController();
     const log = this.log.child({ jobId, key, leaseId, attempt });
-    const handler = this.handlers.get(name);
-    const run: Running = {
-      msgId,
-      stream,
-      jobId,
-      key,
-      leaseId,
-      leaseMs,
-      controller,
-      sliceStartedAt,
-      heartbeat: undefined,
-      // Deferred a tick so `run` exists when the handler's outcome is reported.
-      done: Promise.resolve().then(() => this.execute(run, handler, name, args, attempt, log)),
-    };
+    const run: Running = { msgId, stream, jobId, key, leaseId, leaseMs, controller, sliceStartedAt, heartbeat: undefined, done: Promise.resolve() };
     if (this.options.heartbeat !== false) {
-      run.heartbeat = setInterval(() => {
-        void this.renewals.add(run).catch((error: unknown) => log.error({ err: error }, 'lease renewal failed'));
-      }, Math.max(100, Math.floor(leaseMs / 3)));
+      run.heartbeat = setInterval(() => this.renew(run, log), Math.max(100, Math.floor(leaseMs / 3)));
     }
     this.running.set(leaseId, run);
-    void run.done.finally(() => {
-      const wasFull = this.running.size >= this.concurrency;
-      this.running.delete(leaseId);
-      // Only a loop held back by a full worker has something to read now; one with free slots was
-      // already waiting for a notification (a wake here would cost a read of an empty queue per job).
-      if (wasFull && this.running.size < this.concurrency) this.wakeup.wake();
-    });
+    run.done = this.execute(run, this.handlers.get(name), name, args, attempt, log);
   }
 
-  /** Runs the handler, then reports Complete or Fail, unless the run was aborted (lease lost, or yielded at shutdown). */
+  private track(work: Promise<void>): void {
+    this.results.add(work);
+    void work.finally(() => this.results.delete(work));
+  }
+
+  /** Runs the handler, then has Complete or Fail recorded, unless the run was aborted (lease lost, or yielded at shutdown). */
   private async execute(run: Running, handler: JobHandler | undefined, name: string, args: unknown, attempt: number, log: Logger): Promise<void> {
+    // Deferred a tick so `run` is registered when the handler's outcome is reported.
+    await Promise.resolve();
     let finish: Finish;
     try {
       if (!handler) throw new Error(`no handler for job name ${JSON.stringify(name)} in this worker (it knows: ${[...this.handlers.keys()].join(', ') || 'none'})`);
@@ -264,107 +252,101 @@ export class Worker {
       if (!run.controller.signal.aborted) log.info({ err: error }, 'job failed');
     }
     clearInterval(run.heartbeat);
-    if (run.controller.signal.aborted) return;
+    this.running.delete(run.leaseId);
+    if (run.controller.signal.aborted) {
+      this.freed();
+      return;
+    }
+    // A key's next job may come straight to this slot: keep the slot for it until the commit says.
+    const handOff = !this.stopping && run.key !== null && this.deps.clock() - run.sliceStartedAt < this.handoffSliceMs;
+    if (handOff) this.reserved++;
+    else this.freed();
+    this.track(this.record(run, finish, handOff, log));
+  }
+
+  private async record(run: Running, finish: Finish, handOff: boolean, log: Logger): Promise<void> {
     try {
-      await this.finishes.add({ run, finish });
+      const result = (await this.deps.writer.executeMany([this.command(run, this.finishCommand(run, finish, handOff))]))[0]!;
+      if (E.isLeft(result)) log.warn(`result not recorded: ${describeDomainError(result.left)}`);
+      else for (const job of result.right.handedOff ?? []) this.runHandedOff(run, result.right.events, job);
     } catch (error) {
       // Not recorded: the lease lapses and the sweeper retries the job (delivery is at least once).
       log.error({ err: error, outcome: finish.kind }, 'recording the result failed');
+    } finally {
+      if (handOff) {
+        this.reserved--;
+        this.freed();
+      }
     }
+  }
+
+  private finishCommand(run: Running, finish: Finish, handOff: boolean): Command {
+    const to = handOff ? { handOffTo: { workerId: this.workerId, queue: this.queueName } } : {};
+    return finish.kind === 'complete'
+      ? { type: 'Complete', jobId: run.jobId, leaseId: run.leaseId, ...to }
+      : { type: 'Fail', jobId: run.jobId, leaseId: run.leaseId, error: finish.error, jitter: this.deps.random(), ...to };
+  }
+
+  /** The job a completion started here by direct handoff: run it in the slot kept for it (at shutdown, give it back). */
+  private runHandedOff(from: Running, events: readonly { readonly type: string; readonly data: unknown }[], job: HandedOffJob): void {
+    const started = events.find((e) => e.type === 'JobStarted' && (e.data as { jobId: string }).jobId === job.jobId)?.data as
+      | { leaseId: string; attempt: number; expiresAt: number; at: number }
+      | undefined;
+    if (started === undefined) return;
+    const admitted: Admitted = {
+      msgId: null,
+      stream: from.stream,
+      jobId: job.jobId,
+      key: job.key,
+      leaseId: started.leaseId,
+      name: job.name,
+      args: job.args,
+      attempt: started.attempt,
+      leaseMs: started.expiresAt - started.at,
+      sliceStartedAt: from.sliceStartedAt,
+    };
+    if (this.stopping) {
+      this.track(this.deps.writer.executeMany([this.command(admitted, { type: 'Yield', jobId: admitted.jobId, leaseId: admitted.leaseId })]).then(() => undefined));
+      return;
+    }
+    this.run(admitted);
+  }
+
+  /** A slot came free: read again if the queue may have more than the last read took. */
+  private freed(): void {
+    if (this.moreWaiting) this.wakeup.wake();
+  }
+
+  /** One renewal; the key writer puts every renewal due at once into one transaction. A refused renewal aborts its handler. */
+  private renew(run: Running, log: Logger): void {
+    if (run.controller.signal.aborted) return;
+    this.deps.writer
+      .executeMany([this.command(run, { type: 'Renew', jobId: run.jobId, leaseId: run.leaseId })])
+      .then(([result]) => {
+        if (E.isLeft(result!)) {
+          log.warn(`lease lost, handler aborted: ${describeDomainError(result.left)}`);
+          this.abort(run, describeDomainError(result.left));
+        }
+      })
+      .catch((error: unknown) => log.error({ err: error }, 'lease renewal failed'));
   }
 
   /** Aborts a run whose result will not be reported. */
-  private release(run: Running, why: string): void {
+  private abort(run: Running, why: string): void {
     clearInterval(run.heartbeat);
     run.controller.abort(new Error(why));
   }
-
-  /** One transaction renews every lease due; the queue's visibility follows. A refused renewal aborts its handler. */
-  private async renewMany(runs: readonly Running[]): Promise<boolean[]> {
-    const live = runs.filter((r) => !r.controller.signal.aborted);
-    const results = await this.ledger.executeMany(live.map((run) => this.command(run, { type: 'Renew', jobId: run.jobId, leaseId: run.leaseId })));
-    const renewed: Running[] = [];
-    results.forEach((result, i) => {
-      const run = live[i]!;
-      if (E.isLeft(result)) {
-        this.log.warn({ jobId: run.jobId, leaseId: run.leaseId }, `lease lost, handler aborted: ${describeDomainError(result.left)}`);
-        this.release(run, describeDomainError(result.left));
-      } else renewed.push(run);
-    });
-    for (const [leaseMs, group] of groupBy(renewed, (r) => r.leaseMs)) {
-      const msgIds = messagesOf(group);
-      if (msgIds.length > 0) await this.queue.setVtMany(this.queueName, msgIds, leaseMs);
-    }
-    const ok = new Set(renewed);
-    return runs.map((r) => ok.has(r));
-  }
-
-  /**
-   * One transaction completes or fails every finished job, each handing its slot's next job
-   * straight to this worker while its slice lasts (handoffSliceMs); then the finished messages are archived
-   * while the handed-off jobs' names and args are read, and those jobs run.
-   */
-  private async finishMany(items: readonly { readonly run: Running; readonly finish: Finish }[]): Promise<void[]> {
-    const results = await this.ledger.executeMany(
-      items.map(({ run, finish }) => {
-        const inSlice = this.clock() - run.sliceStartedAt < this.handoffSliceMs;
-        const handOff = !this.stopping && inSlice ? { handOffTo: { workerId: this.workerId, queue: this.queueName } } : {};
-        return this.command(
-          run,
-          finish.kind === 'complete'
-            ? { type: 'Complete', jobId: run.jobId, leaseId: run.leaseId, ...handOff }
-            : { type: 'Fail', jobId: run.jobId, leaseId: run.leaseId, error: finish.error, jitter: Math.random(), ...handOff },
-        );
-      }),
-    );
-    const handedOff: Omit<Admitted, 'name' | 'args' | 'key'>[] = [];
-    results.forEach((result, i) => {
-      const { run } = items[i]!;
-      if (E.isLeft(result)) {
-        this.log.warn({ jobId: run.jobId }, `result not recorded: ${describeDomainError(result.left)}`);
-        return;
-      }
-      for (const e of result.right.events) {
-        if (e.type !== 'JobStarted' || e.data.workerId !== this.workerId) continue;
-        const { jobId, leaseId, attempt, expiresAt, at } = e.data;
-        handedOff.push({ msgId: null, stream: run.stream, jobId, leaseId, attempt, leaseMs: expiresAt - at, sliceStartedAt: run.sliceStartedAt });
-      }
-    });
-    await Promise.all([this.archive(items.map(({ run }) => run)), handedOff.length > 0 ? this.runHandedOff(handedOff) : undefined]);
-    return items.map(() => undefined);
-  }
-
-  /** Runs the jobs this worker started by direct handoff; at shutdown it gives them back instead. */
-  private async runHandedOff(started: readonly Omit<Admitted, 'name' | 'args' | 'key'>[]): Promise<void> {
-    if (this.stopping) {
-      await this.ledger.executeMany(started.map((s) => this.command(s, { type: 'Yield', jobId: s.jobId, leaseId: s.leaseId })));
-      return;
-    }
-    let jobs: ReadonlyMap<string, HandedOffJob>;
-    try {
-      jobs = new Map((await this.ledger.handedOffJobs(started.map((s) => s.jobId))).map((j) => [j.jobId, j]));
-    } catch (error) {
-      // Their leases lapse and the sweeper retries them: delivery stays at least once.
-      this.log.error({ err: error, jobIds: started.map((s) => s.jobId) }, 'reading handed-off jobs failed; their leases will expire');
-      return;
-    }
-    for (const s of started) {
-      const job = jobs.get(s.jobId);
-      if (job === undefined) this.log.error({ jobId: s.jobId, leaseId: s.leaseId }, 'handed-off job not found in dispatch_jobs; its lease will expire');
-      else this.run({ ...s, key: job.key, name: job.name, args: job.args });
-    }
-  }
-
-  private async archive(runs: readonly Running[]): Promise<void> {
-    const msgIds = messagesOf(runs);
-    if (msgIds.length > 0) await this.queue.archiveMany(this.queueName, msgIds);
-  }
 }
 
-const messagesOf = (runs: readonly Running[]): string[] => runs.flatMap((r) => (r.msgId === null ? [] : [r.msgId]));
-
-const groupBy = <T, K>(items: readonly T[], keyOf: (t: T) => K): Map<K, T[]> => {
-  const groups = new Map<K, T[]>();
-  for (const item of items) groups.set(keyOf(item), [...(groups.get(keyOf(item)) ?? []), item]);
-  return groups;
-};
+const admittedFrom = (s: StartedJob): Admitted => ({
+  msgId: s.msgId,
+  stream: s.stream,
+  jobId: s.message.jobId,
+  key: s.message.key,
+  leaseId: s.message.leaseId,
+  name: s.message.name,
+  args: s.message.args,
+  attempt: s.started.attempt,
+  leaseMs: s.started.expiresAt - s.started.at,
+  sliceStartedAt: s.started.at,
+});

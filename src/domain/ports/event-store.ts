@@ -85,6 +85,8 @@ export class DuplicateEventIdError extends Error {
   constructor(
     readonly stream: string,
     readonly detail: string,
+    /** The id, when the store says which. */
+    readonly eventId?: string,
   ) {
     super(`stream ${JSON.stringify(stream)}: an event id is already recorded (${detail})`);
   }
@@ -102,6 +104,8 @@ export interface ReadAllOptions {
   /** Only streams whose name starts with this prefix. */
   readonly streamPrefix?: string;
   readonly maxCount?: number;
+  /** Never end inside a transaction: after maxCount events, the rest of the last one's transaction comes too (projections take whole transactions). */
+  readonly wholeTransactions?: boolean;
 }
 
 export interface SubscribeOptions extends Omit<ReadAllOptions, 'maxCount'> {

@@ -6,6 +6,7 @@ import { createReadModelProjections } from '../../../projections/read-models.js'
 import { NotRebuildableError, rebuild, rebuildSpec } from '../../../projections/rebuild.js';
 import { verify, type RowDifference } from '../../../projections/verify.js';
 import { migrate } from '../../postgres/migrations.js';
+import { dispatchQueue } from '../../queue/pg-queue.js';
 import { withDatabase, type CommandContext } from '../context.js';
 import { UsageError } from '../errors.js';
 import { print, table } from '../output.js';
@@ -27,7 +28,7 @@ interface Replayed {
 
 /** The projections named by --projection (default: every rebuildable one); a UsageError before anything is opened. */
 const chosen = (name: string | undefined): Projection[] => {
-  const known = [createReadModelProjections(), createDispatcher()];
+  const known = [createReadModelProjections(), createDispatcher(dispatchQueue)];
   const rebuildable = known.filter((p) => p.rebuild !== undefined);
   if (name === undefined) return rebuildable;
   const projection = known.find((p) => p.name === name);

@@ -10,7 +10,8 @@ export interface Holder {
   readonly leaseId: string;
   readonly how: 'acquired' | 'promoted';
   readonly acquiredAt: number;
-  readonly expiresAt: number;
+  /** null while no worker has started it (an admission has no expiry). */
+  readonly expiresAt: number | null;
   readonly workerId: string | null;
   readonly startedAt: number | null;
   readonly attempt: number | null;
@@ -66,7 +67,7 @@ SELECT k.key,
          SELECT json_agg(json_build_object('jobId', j.job_id, 'name', j.name, 'runAt', ${epochMs('j.run_at')}, 'attempts', j.attempts)
                 ORDER BY j.run_at, j.seq)
          FROM jl_jobs j
-         WHERE j.stream = k.stream AND j.status = 'scheduled'), '[]') AS scheduled
+         WHERE j.stream = k.stream AND j.run_at IS NOT NULL), '[]') AS scheduled
 FROM jl_keys k
 WHERE k.stream = $1`;
 

@@ -1,5 +1,4 @@
 import * as t from 'io-ts';
-import { keyStream } from '../../../domain/streams.js';
 import { Key, ValidationError, checkField, refine } from '../../../domain/values.js';
 import type { Queryable } from '../../../projections/runner.js';
 import { epochMs, toMs } from './sql.js';
@@ -90,8 +89,8 @@ export const listJobs = async (db: Queryable, filter: JobFilter = {}): Promise<J
   const where: string[] = [];
   const values: unknown[] = [];
   const param = (value: unknown): string => `$${values.push(value)}`;
-  // By stream, not key: jl_jobs_stream indexes (stream, status).
-  if (filter.key !== undefined) where.push(`stream = ${param(keyStream(checkField('key', Key, filter.key)))}`);
+  // jl_jobs_key_recent walks one key's jobs newest first.
+  if (filter.key !== undefined) where.push(`key = ${param(checkField('key', Key, filter.key))}`);
   if (filter.status !== undefined) where.push(`status = ${param(checkField('status', JobStatus, filter.status))}`);
   if (filter.cursor !== undefined) {
     const [enqueuedAt, jobId] = decodeCursor(filter.cursor);

@@ -1,0 +1,290 @@
+import { randomUUID } from 'node:crypto';
+import type pg from 'pg';
+import type { KeyEvent } from '../../../domain/events.js';
+import {
+  DuplicateEventIdError,
+  type GlobalPosition,
+  type JsonObject,
+  type RecordedEvent,
+  type Snapshot,
+  type StreamRevision,
+} from '../../../domain/ports/event-store.js';
+import {
+  TransientWriteError,
+  type Commit,
+  type Committed,
+  type HandedOffJob,
+  type LockRequest,
+  type LockedStream,
+  type MessageRead,
+  type ReceivedMessage,
+  type WriteTransaction,
+} from '../../../domain/ports/ledger-store.js';
+import { decodeRecorded } from '../../../domain/recorded.js';
+import type { ProjectedEvent, Projection, Statement } from '../../../projections/projection.js';
+import { keyOfStream } from '../../../projections/projection.js';
+import { projectAll, statementName } from '../../../projections/runner.js';
+import { dispatchQueue, readStatement } from '../../queue/pg-queue.js';
+import { EVENT_COLUMNS, EVENTS_CHANNEL, toRecordedEvent, type EventRow } from './event-rows.js';
+
+// One transaction of the key writer (src/commands/key-writer.ts), on one pipelining connection,
+// in three round trips at most:
+//   read    BEGIN; the dispatch queue reads (their messages name streams to lock)
+//   lock    [BEGIN;] LOCK_SQL; XID_SQL; SNAPSHOTS_SQL; DELTAS_SQL
+//   commit  WRITE_SQL; the inline projections' statements; archives, snapshots, NOTIFY; COMMIT
+// Every statement of a round trip goes out at once; none of a later one is sent before the
+// earlier one's results are in, since the writer decides on them. A statement that fails aborts
+// the transaction, so everything after it is refused and COMMIT answers ROLLBACK: nothing of the
+// flush is written (commit() then throws the first error).
+
+export interface WriteTransactionOptions {
+  /** Applied to every appended event of the streams they handle, in the transaction (inline mode). */
+  readonly inline: readonly Projection[];
+  /** NOTIFY EVENTS_CHANNEL once per commit (only where someone subscribes: async runners). */
+  readonly notifyEvents: boolean;
+  readonly schemaVersion: number;
+}
+
+const NO_STREAM = -1;
+const revisionOf = (r: StreamRevision | 'no_stream' | undefined): number => (r === undefined || r === 'no_stream' ? NO_STREAM : r);
+
+export class PgWriteTransaction implements WriteTransaction {
+  private began = false;
+  private ended = false;
+  private broken = false;
+  /** This transaction's id, known once it locked. */
+  private xid: bigint | undefined;
+
+  constructor(
+    private readonly client: pg.PoolClient,
+    private readonly options: WriteTransactionOptions,
+  ) {}
+
+  async read(reads: readonly MessageRead[]): Promise<readonly (readonly ReceivedMessage[])[]> {
+    const results = await this.run(reads.map((r) => readStatement(r.queue, r.vtMs, r.qty)));
+    return results.map((r) => r.rows.map((row: { msg_id: string; read_ct: number; message: unknown }) => ({ msgId: row.msg_id, readCt: row.read_ct, message: row.message })));
+  }
+
+  async lock(requests: readonly LockRequest[]): Promise<ReadonlyMap<string, LockedStream>> {
+    const streams = [...new Set(requests.map((r) => r.stream))].sort(byName);
+    const reading = requests.filter((r) => r.after !== undefined);
+    const wanted = [reading.map((r) => r.stream), reading.map((r) => revisionOf(r.after)), this.options.schemaVersion];
+    const statements: Statement[] = [
+      { text: LOCK_SQL, values: [streams] },
+      { text: XID_SQL, values: [] },
+      ...(reading.length > 0 ? [{ text: SNAPSHOTS_SQL, values: wanted }, { text: DELTAS_SQL, values: wanted }] : []),
+    ];
+    const [locked, xid, snapshots, deltas] = await this.run(statements);
+    this.xid = BigInt(xid!.rows[0].xid);
+    const out = new Map<string, LockedStream>();
+    const rows = new Map((locked!.rows as { stream: string; revision: string; writer: string }[]).map((r) => [r.stream, r]));
+    const snaps = new Map<string, Snapshot>(
+      ((snapshots?.rows ?? []) as { stream: string; revision: string; state: JsonObject }[]).map((r) => [
+        r.stream,
+        { stream: r.stream, revision: Number(r.revision), schemaVersion: this.options.schemaVersion, state: r.state },
+      ]),
+    );
+    const events = new Map<string, RecordedEvent[]>();
+    for (const row of (deltas?.rows ?? []) as EventRow[]) {
+      const list = events.get(row.stream) ?? [];
+      list.push(toRecordedEvent(row));
+      events.set(row.stream, list);
+    }
+    for (const stream of streams) {
+      const row = rows.get(stream);
+      out.set(stream, {
+        stream,
+        revision: row === undefined ? 'no_stream' : Number(row.revision),
+        snapshot: snaps.get(stream),
+        events: events.get(stream) ?? [],
+        // See streams.transaction_id: a younger last writer means our events would sort first.
+        deferred: row !== undefined && BigInt(row.writer) > this.xid,
+      });
+    }
+    return out;
+  }
+
+  async commit(commit: Commit): Promise<Committed> {
+    const statements: Statement[] = [];
+    const projected: ProjectedEvent[] = [];
+    const wire: WireEvent[] = [];
+    const heads: { stream: string; expected: number; revision: number }[] = [];
+    for (const append of commit.appends) {
+      const expected = append.expected;
+      if (typeof expected !== 'number' && expected !== 'no_stream') throw new TypeError(`append to ${append.stream}: a flush appends at an exact revision`);
+      const base = revisionOf(expected);
+      heads.push({ stream: append.stream, expected: base, revision: base + append.events.length });
+      const key = keyOfStream(append.stream);
+      const handled = this.options.inline.some((p) => p.handles(append.stream));
+      append.events.forEach((e, i) => {
+        const revision = base + 1 + i;
+        const eventId = e.eventId ?? randomUUID();
+        wire.push({ stream: append.stream, revision, type: e.type, data: e.data, metadata: e.metadata ?? {}, event_id: eventId });
+        if (!handled) return;
+        const event = append.decided?.[i] ?? decodeRecorded({ stream: append.stream, revision, type: e.type, data: e.data } as RecordedEvent);
+        projected.push({ event: event as KeyEvent, stream: append.stream, revision, key, commit: this.xid ?? 0n });
+      });
+    }
+    if (heads.length > 0) statements.push({ text: WRITE_SQL, values: [JSON.stringify(heads), JSON.stringify(wire)] });
+    statements.push(...projectAll(this.options.inline, projected));
+    if (commit.archive?.length) statements.push(dispatchQueue.archive(commit.archive));
+    if (commit.release?.length) statements.push(dispatchQueue.setVisibility(commit.release.map((msgId) => ({ msgId, ms: 0 }))));
+    if (commit.snapshots?.length) {
+      statements.push({
+        text: SAVE_SNAPSHOTS_SQL,
+        values: [JSON.stringify(commit.snapshots.map((s) => ({ stream: s.stream, schema_version: s.schemaVersion, revision: s.revision, state: s.state })))],
+      });
+    }
+    if (this.options.notifyEvents && heads.length > 0) statements.push({ text: NOTIFY_EVENTS_SQL, values: [] });
+    statements.push({ text: 'COMMIT', values: [] });
+    const results = await this.run(statements, { ending: true });
+    if (results.at(-1)!.command !== 'COMMIT') throw new TransientWriteError('COMMIT rolled back');
+    const handedOff = new Map<string, HandedOffJob>();
+    const positions = new Map<string, GlobalPosition>();
+    statements.forEach((s, i) => {
+      if (s.returns === 'handedOff') for (const job of results[i]!.rows as HandedOffJob[]) handedOff.set(job.jobId, job);
+    });
+    if (heads.length > 0) {
+      const written = results[0]!.rows as { stream: string; revision: string; position: string }[];
+      for (const row of written) positions.set(`${row.stream}\u0000${row.revision}`, { commit: this.xid ?? 0n, prepare: BigInt(row.position) });
+    }
+    return { handedOff, positionOf: (stream, revision) => positions.get(`${stream}\u0000${revision}`) };
+  }
+
+  async rollback(): Promise<void> {
+    if (this.ended) return;
+    this.ended = true;
+    if (this.began) await this.client.query('ROLLBACK').catch(() => (this.broken = true));
+    this.client.release(this.broken);
+  }
+
+  /**
+   * Sends the statements at once (BEGIN first if the transaction has not begun) and waits for all
+   * of them; throws the first error. `ending`: the last one ends the transaction (COMMIT), so the
+   * connection goes back to the pool whatever happens.
+   */
+  private async run(statements: readonly Statement[], { ending = false } = {}): Promise<pg.QueryResult[]> {
+    if (this.ended) throw new Error('write transaction already ended');
+    const sent: Promise<pg.QueryResult>[] = [];
+    if (!this.began) {
+      this.began = true;
+      sent.push(this.client.query('BEGIN ISOLATION LEVEL READ COMMITTED'));
+    }
+    const offset = sent.length;
+    for (const s of statements) {
+      sent.push(s.values.length === 0 ? this.client.query(s.text) : this.client.query({ name: statementName(s.text), text: s.text, values: s.values as unknown[] }));
+    }
+    const settled = await Promise.allSettled(sent);
+    if (ending) {
+      this.ended = true;
+      const lost = settled.some((r) => r.status === 'rejected' && !isPgError(r.reason));
+      // A COMMIT that never answered leaves the transaction's fate unknown and the connection unusable.
+      this.client.release(lost);
+    }
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected' && !isAbortedTransaction(r.reason)) ??
+      settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw mapError(failed.reason);
+    return settled.slice(offset).map((r) => (r as PromiseFulfilledResult<pg.QueryResult>).value);
+  }
+}
+
+interface WireEvent {
+  readonly stream: string;
+  readonly revision: number;
+  readonly type: string;
+  readonly data: JsonObject;
+  readonly metadata: JsonObject;
+  readonly event_id: string;
+}
+
+const byName = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+
+const isPgError = (error: unknown): error is pg.DatabaseError => error instanceof Error && 'code' in error && 'severity' in error;
+const isAbortedTransaction = (error: unknown): boolean => isPgError(error) && error.code === '25P02';
+
+/** What a failed statement means to the writer: run again, a duplicate job id, or the error itself. */
+const mapError = (error: unknown): unknown => {
+  if (!isPgError(error)) {
+    // The connection went away (a restart, a network cut): nothing was committed, or the COMMIT's
+    // answer was lost. Either way a new transaction re-reads the streams and decides again.
+    return error instanceof Error && /Connection terminated|ECONNRESET|EPIPE|not queryable|ECONNREFUSED/.test(error.message) ? new TransientWriteError(error.message) : error;
+  }
+  // deadlock_detected, serialization_failure, or a stream another transaction created first.
+  if (error.code === '40P01' || error.code === '40001' || (error.code === '23505' && error.constraint === 'streams_pkey')) return new TransientWriteError(error.message);
+  if (error.code === '23505' && error.constraint === 'events_event_id_key') {
+    const eventId = /\(event_id\)=\(([0-9a-f-]+)\)/i.exec(error.detail ?? '')?.[1];
+    return new DuplicateEventIdError('', error.detail ?? '', eventId);
+  }
+  return error;
+};
+
+// The streams to write, locked in name order ("C" collation): two transactions sharing streams
+// take them in the same order and queue up instead of deadlocking. LockRows sits above the sort,
+// so rows are locked in that order. Each row's transaction_id tells whether a younger
+// transaction wrote it last (the caller then defers the stream: deferred in LockedStream).
+export const LOCK_SQL = `SELECT stream, revision::text AS revision, transaction_id::text AS writer FROM streams WHERE stream = ANY($1::text[]) ORDER BY stream FOR UPDATE`;
+
+export const XID_SQL = `SELECT pg_current_xact_id()::text AS xid`;
+
+// Snapshots newer than the caller's state ($1 streams, $2 revision each is at, -1: none; $3
+// schema version). Run after LOCK_SQL, in a statement of their own: a statement's snapshot is
+// taken when it starts, so one that had waited for a lock would miss what the waited-for writer
+// committed. Nobody else can save a snapshot of a locked stream (saves happen under the lock).
+export const SNAPSHOTS_SQL = `
+SELECT s.stream, s.revision::text AS revision, s.state
+FROM unnest($1::text[], $2::bigint[]) AS w (stream, after)
+JOIN snapshots s ON s.stream = w.stream AND s.schema_version = $3 AND s.revision > w.after`;
+
+// Every event after the caller's state (or after the newer snapshot SNAPSHOTS_SQL returns): a
+// stream this process wrote last costs one index probe and returns nothing.
+export const DELTAS_SQL = `
+SELECT e.* FROM unnest($1::text[], $2::bigint[]) AS w (stream, after)
+CROSS JOIN LATERAL (
+  SELECT ${EVENT_COLUMNS} FROM events
+  WHERE events.stream = w.stream
+    AND events.stream_revision > greatest(w.after, coalesce((SELECT s.revision FROM snapshots s WHERE s.stream = w.stream AND s.schema_version = $3 AND s.revision > w.after), -1))
+  ORDER BY events.stream_revision
+) e
+ORDER BY e.stream, e.stream_revision`;
+
+// The appends of a flush. $1: one row per stream (stream, expected revision or -1, revision
+// after); $2: the events, in order, each with its revision. This MUST stay one statement: the
+// expected-revision check and the writes are one step, and it is the check, not the lock taken
+// before, that keeps every limit. A stream whose row did not move as expected gets no claimed
+// row, so its events get a NULL revision and the NOT NULL constraint fails the whole statement
+// (and transaction) instead of writing around a conflict; a stream created meanwhile fails on
+// streams_pkey (the writer runs the flush again).
+export const WRITE_SQL = `
+WITH s AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb) AS s (stream text, expected bigint, revision bigint)
+),
+moved AS (
+  UPDATE streams t SET revision = s.revision, transaction_id = pg_current_xact_id()
+  FROM s WHERE t.stream = s.stream AND s.expected >= 0 AND t.revision = s.expected
+  RETURNING t.stream
+),
+created AS (
+  INSERT INTO streams (stream, revision)
+  SELECT stream, revision FROM s WHERE s.expected < 0 ORDER BY stream
+  RETURNING stream
+),
+claimed AS (SELECT stream FROM moved UNION ALL SELECT stream FROM created),
+written AS (
+  INSERT INTO events (stream, stream_revision, type, data, metadata, event_id)
+  SELECT e.stream, CASE WHEN c.stream IS NOT NULL THEN e.revision END, e.type, e.data, coalesce(e.metadata, '{}'), e.event_id
+  FROM ROWS FROM (jsonb_to_recordset($2::jsonb) AS (stream text, revision bigint, type text, data jsonb, metadata jsonb, event_id uuid))
+       WITH ORDINALITY AS e (stream, revision, type, data, metadata, event_id, ord)
+  LEFT JOIN claimed c ON c.stream = e.stream
+  ORDER BY e.ord
+  RETURNING stream, stream_revision, global_position
+)
+SELECT stream, stream_revision::text AS revision, global_position::text AS position FROM written`;
+
+export const SAVE_SNAPSHOTS_SQL = `
+INSERT INTO snapshots (stream, schema_version, revision, state)
+SELECT stream, schema_version, revision, state FROM jsonb_to_recordset($1::jsonb) AS x (stream text, schema_version int, revision bigint, state jsonb)
+ON CONFLICT (stream, schema_version) DO UPDATE SET revision = excluded.revision, state = excluded.state, created = now()
+WHERE snapshots.revision < excluded.revision`;
+
+// One notification per transaction, whatever it wrote: a subscriber reads from its position anyway.
+export const NOTIFY_EVENTS_SQL = `SELECT pg_notify('${EVENTS_CHANNEL}', '')`;

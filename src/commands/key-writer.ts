@@ -1,0 +1,544 @@
+import * as E from 'fp-ts/lib/Either.js';
+import { decodeCommand, type Command } from '../domain/commands.js';
+import { decideInto } from '../domain/decide/index.js';
+import { describeDomainError, type DomainError } from '../domain/errors.js';
+import type { EventData, KeyEvent } from '../domain/events.js';
+import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, Scratch, apply, draftOf, initialKeyState, type Draft, type KeyState } from '../domain/key-state.js';
+import { DuplicateEventIdError, type EventStore, type JsonObject, type Snapshot, type SnapshotStore, type StreamRevision } from '../domain/ports/event-store.js';
+import {
+  TransientWriteError,
+  type DecidedAppend,
+  type DispatchMessage,
+  type HandedOffJob,
+  type LedgerStore,
+  type LockedStream,
+  type ReceivedMessage,
+  type WriteTransaction,
+} from '../domain/ports/ledger-store.js';
+import { silentLogger, type Logger } from '../domain/ports/logger.js';
+import { decodeRecorded } from '../domain/recorded.js';
+import { KEY_STREAM_PREFIX, streamFor } from '../domain/streams.js';
+import { ValidationError } from '../domain/values.js';
+
+// The key writer: the ONE owner of key states in a process, and the one door for every write
+// (enqueue, the worker's start/complete/fail/renew/yield, the sweeper, operators). Its cycle:
+//
+//   submit ──► pending ──► flush: one transaction for everything that arrived meanwhile
+//                            read    the dispatch messages workers asked for (each a Start)
+//                            lock    every stream the flush decides on, in one order
+//                                    (LockedStream: its revision, the events after ours)
+//                            catch up fold those events into our state (a snapshot first when
+//                                    ours is older); a stream a younger transaction wrote
+//                                    last waits for the next flush (deferred)
+//                            decide  each command in order, in place (decideInto: a Scratch
+//                                    journals every change)
+//                            commit  one set-based append per stream, each expecting the
+//                                    revision it was locked at, plus the inline projections
+//                          ──► remember: the decided state is the state at the new revision
+//                          ──► on failure: roll the Scratches back (the state is again the
+//                              locked one), and run the flush again; a failure that is not
+//                              transient is isolated to the submission that caused it
+//
+// The expected revision checked in the same statement that appends is what keeps every limit:
+// the lock only makes a conflict rare, the check makes one impossible to write around
+// (FAILURE-MODES #1, #6, #15). Guarded by: decideIntoDecidesTheSame and
+// parkedIndexFollowsInPlaceChanges (test/domain/invariants.unit.test.ts) for decide and roll back;
+// test/commands/key-writer.int.test.ts for the flush (concurrent writers and processes, deferred
+// streams, a batch that does not fail as a whole).
+
+export interface KeyCommand {
+  readonly stream: string;
+  readonly command: Command;
+  /** Recorded with each event of the decision (who asked, from where). */
+  readonly metadata?: JsonObject;
+}
+
+export interface Decided {
+  readonly events: readonly KeyEvent[];
+  /** The stream's revision after the decision (unchanged when it decided nothing). */
+  readonly revision: StreamRevision | 'no_stream';
+  /** Jobs this decision started by direct handoff, with what their worker needs to run them. */
+  readonly handedOff?: readonly HandedOffJob[];
+}
+
+export type CommandResult = E.Either<DomainError, Decided>;
+
+/** A stream's state at a revision. */
+export interface Loaded {
+  readonly state: KeyState;
+  readonly revision: StreamRevision | 'no_stream';
+}
+
+/** A job a worker asked the writer to read and start: its message and its JobStarted. */
+export interface StartedJob {
+  readonly msgId: string;
+  readonly stream: string;
+  readonly message: DispatchMessage;
+  readonly started: EventData<'JobStarted'>;
+}
+
+export interface ReadAndStart {
+  readonly queue: string;
+  readonly vtMs: number;
+  /** How many to read, asked when the flush starts (the worker's free slots then). */
+  readonly qty: () => number;
+  readonly workerId: string;
+  readonly metadata?: JsonObject;
+}
+
+export interface ReadStarted {
+  /** Messages read (started or not): fewer than asked means the queue had no more visible. */
+  readonly read: number;
+  readonly started: readonly StartedJob[];
+}
+
+export interface KeyWriterOptions {
+  /** Epoch ms. Injected so tests and the domain never read the wall clock themselves. */
+  readonly clock?: () => number;
+  /** [0, 1): the jitter of the back-off between attempts of a flush. */
+  readonly random?: () => number;
+  readonly logger?: Logger;
+  /** Save a snapshot each time a stream passes a multiple of this many events; 0 disables. */
+  readonly snapshotEvery?: number;
+  /** Transactions a submission may take (conflicts, deferrals, transient failures) before it fails. */
+  readonly maxAttempts?: number;
+  /** Streams whose states stay cached in this process. */
+  readonly cacheSize?: number;
+  /** Commands per flush at most (a submission is never split; one larger than this is a flush of its own). */
+  readonly maxFlushCommands?: number;
+  /** Maps a decided event to its id in the store; a random one when it returns undefined. */
+  readonly eventId?: (stream: string, event: KeyEvent) => string | undefined;
+  /** Where load() starts from (writes save snapshots through the flush itself). */
+  readonly snapshots?: SnapshotStore;
+}
+
+export const KEY_WRITER_DEFAULTS = {
+  snapshotEvery: 1_000,
+  maxAttempts: 50,
+  cacheSize: 10_000,
+  maxFlushCommands: 5_000,
+} as const;
+
+/** A submission could not be written after every attempt: its streams are too contended (or kept failing). */
+export class ConflictRetriesExhaustedError extends Error {
+  override readonly name = 'ConflictRetriesExhaustedError';
+  constructor(
+    readonly streams: readonly string[],
+    readonly attempts: number,
+    options?: ErrorOptions,
+  ) {
+    super(`gave up after ${attempts} attempts to write ${streams.join(', ')}`, options);
+  }
+}
+
+interface Submission {
+  readonly items: readonly KeyCommand[];
+  readonly resolve: (results: CommandResult[]) => void;
+  readonly reject: (error: unknown) => void;
+  attempts: number;
+}
+
+interface Read {
+  readonly request: ReadAndStart;
+  readonly resolve: (result: ReadStarted) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/** A Start the flush makes of a message it read. */
+interface ReadItem extends KeyCommand {
+  readonly read: Read;
+  readonly msgId: string;
+  readonly message: DispatchMessage;
+}
+
+interface Entry {
+  state: Draft;
+  revision: StreamRevision | 'no_stream';
+}
+
+const next = (revision: StreamRevision | 'no_stream'): StreamRevision => (revision === 'no_stream' ? 0 : revision + 1);
+
+/** The writer's own streams and their states: read only between flushes, or inside one. */
+class KeyStates {
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(
+    private readonly cacheSize: number,
+    private readonly store: EventStore,
+    private readonly log: Logger,
+  ) {}
+
+  revision(stream: string): StreamRevision | 'no_stream' {
+    return this.entries.get(stream)?.revision ?? 'no_stream';
+  }
+
+  /** The entry, moved to the newest end of the LRU order. */
+  entry(stream: string): Entry {
+    let entry = this.entries.get(stream);
+    if (entry === undefined) entry = { state: draftOf(initialKeyState), revision: 'no_stream' };
+    else this.entries.delete(stream);
+    this.entries.set(stream, entry);
+    return entry;
+  }
+
+  /**
+   * Brings the entry to where the lock found the stream: a newer snapshot first, then the events
+   * after it, each checked to follow the last (so an event is never applied twice or skipped).
+   * Throws EventDecodeError for an event that does not decode: that stream stays where it was.
+   */
+  async catchUp(locked: LockedStream): Promise<Entry> {
+    const entry = this.entry(locked.stream);
+    if (locked.snapshot !== undefined) {
+      const decoded = KeyStateCodec.decode(locked.snapshot.state);
+      if (E.isRight(decoded)) {
+        entry.state = draftOf(decoded.right);
+        entry.revision = locked.snapshot.revision;
+      } else {
+        // The events the lock did not return (up to the snapshot) are committed: read them here.
+        this.log.warn({ stream: locked.stream, revision: locked.snapshot.revision }, 'snapshot does not decode; folding the stream instead');
+        const upTo = await this.store.readStream(locked.stream, { fromRevision: next(entry.revision), maxCount: locked.snapshot.revision - next(entry.revision) + 1 });
+        this.fold(entry, upTo);
+      }
+    }
+    this.fold(entry, locked.events);
+    if (entry.revision !== locked.revision) throw new Error(`key state of ${locked.stream} is at ${entry.revision}, the stream at ${locked.revision}`);
+    return entry;
+  }
+
+  private fold(entry: Entry, events: readonly { readonly stream: string; readonly revision: number; readonly type: string; readonly data: JsonObject }[]): void {
+    for (const recorded of events) {
+      if (recorded.revision !== next(entry.revision)) throw new Error(`key state of ${recorded.stream} is at ${entry.revision}, the store gave revision ${recorded.revision}`);
+      apply(entry.state, decodeRecorded(recorded as Parameters<typeof decodeRecorded>[0]));
+      entry.revision = recorded.revision;
+    }
+  }
+
+  /** Drops the least recently used states past the cache size (between flushes only). */
+  trim(): void {
+    for (const stream of this.entries.keys()) {
+      if (this.entries.size <= this.cacheSize) return;
+      this.entries.delete(stream);
+    }
+  }
+}
+
+/**
+ * Group commit for every key of the process: whatever is submitted while a flush is in flight
+ * goes into the next one, so an idle writer writes a command at once and a busy one writes
+ * hundreds per transaction, each stream with its own expected revision.
+ */
+export class KeyWriter {
+  private readonly clock: () => number;
+  private readonly random: () => number;
+  private readonly log: Logger;
+  private readonly options: Required<Pick<KeyWriterOptions, 'snapshotEvery' | 'maxAttempts' | 'maxFlushCommands'>> & KeyWriterOptions;
+  private readonly states: KeyStates;
+  private submissions: Submission[] = [];
+  private reads: Read[] = [];
+  private running: Promise<void> | undefined;
+  private scheduled = false;
+
+  constructor(
+    private readonly store: LedgerStore,
+    private readonly events: EventStore,
+    options: KeyWriterOptions = {},
+  ) {
+    this.clock = options.clock ?? Date.now;
+    this.random = options.random ?? Math.random;
+    this.log = options.logger ?? silentLogger;
+    this.options = { ...KEY_WRITER_DEFAULTS, ...options };
+    this.states = new KeyStates(options.cacheSize ?? KEY_WRITER_DEFAULTS.cacheSize, events, this.log);
+  }
+
+  execute(stream: string, command: Command, metadata?: JsonObject): Promise<CommandResult> {
+    return this.executeMany([{ stream, command, ...(metadata ? { metadata } : {}) }]).then((r) => r[0]!);
+  }
+
+  /**
+   * Decides every command and appends them in ONE transaction: one append per stream, each with
+   * its own expected revision, all or nothing. Commands on the same stream are decided in order,
+   * each seeing the events of the ones before (and of every earlier submission). A refused command
+   * writes nothing and does not stop the others. Throws ValidationError (naming the field) before
+   * anything is read or written.
+   */
+  executeMany(items: readonly KeyCommand[]): Promise<CommandResult[]> {
+    items.forEach((item, i) => {
+      const decoded = decodeCommand(item.command);
+      if (E.isLeft(decoded)) {
+        const prefix = items.length > 1 ? `commands[${i}].` : '';
+        throw new ValidationError(prefix + decoded.left.field, decoded.left.problem);
+      }
+    });
+    if (items.length === 0) return Promise.resolve([]);
+    return new Promise((resolve, reject) => {
+      this.submissions.push({ items, resolve, reject, attempts: 0 });
+      this.schedule();
+    });
+  }
+
+  /** Reads up to `qty()` messages of a queue in the next flush and starts them for `workerId`, in the same transaction. */
+  readAndStart(request: ReadAndStart): Promise<ReadStarted> {
+    return new Promise((resolve, reject) => {
+      this.reads.push({ request, resolve, reject });
+      this.schedule();
+    });
+  }
+
+  /** Resolves once everything submitted so far is written (or has failed). */
+  async drain(): Promise<void> {
+    while (this.running || this.scheduled) await (this.running ?? new Promise((r) => setImmediate(r)));
+  }
+
+  // Flushes start on the next turn of the event loop, so every command submitted in the same
+  // turn (a worker's handlers that all finished at once) goes into one transaction.
+  private schedule(): void {
+    if (this.running || this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      this.running = this.loop().finally(() => {
+        this.running = undefined;
+        if (this.submissions.length > 0 || this.reads.length > 0) this.schedule();
+      });
+    });
+  }
+
+  private async loop(): Promise<void> {
+    while (this.submissions.length > 0 || this.reads.length > 0) {
+      const reads = this.reads.splice(0);
+      const batch: Submission[] = [];
+      let commands = 0;
+      while (this.submissions.length > 0 && (batch.length === 0 || commands + this.submissions[0]!.items.length <= this.options.maxFlushCommands)) {
+        const s = this.submissions.shift()!;
+        batch.push(s);
+        commands += s.items.length;
+      }
+      await this.flush(batch, reads);
+      this.states.trim();
+      // Let what the results woke (handlers, their completions) submit before the next flush.
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+
+  /** One flush, retried while transient; a failure of anything else is pinned on the submission that caused it. */
+  private async flush(batch: Submission[], reads: Read[]): Promise<void> {
+    for (;;) {
+      try {
+        const postponed = await this.attempt(batch, reads);
+        this.requeue(postponed);
+        return;
+      } catch (error) {
+        if (error instanceof TransientWriteError) {
+          for (const s of batch) s.attempts++;
+          const exhausted = batch.filter((s) => s.attempts >= this.options.maxAttempts);
+          for (const s of exhausted) s.reject(new ConflictRetriesExhaustedError(streamsOf(s), s.attempts, { cause: error }));
+          batch = batch.filter((s) => !exhausted.includes(s));
+          this.log.debug({ err: error }, 'flush failed for a transient reason; running it again');
+          await sleep(Math.min(50, 2 ** Math.min(batch[0]?.attempts ?? 1, 6)) * this.random());
+          if (batch.length === 0 && reads.length === 0) return;
+          continue;
+        }
+        const culprit = error instanceof DuplicateEventIdError ? batch.find((s) => this.produces(s, error.eventId)) : undefined;
+        if (culprit !== undefined) {
+          culprit.reject(error);
+          batch = batch.filter((s) => s !== culprit);
+          continue;
+        }
+        if (batch.length + reads.length > 1) {
+          // Something in the flush is broken for good (bad data, a bug): each part alone finds which.
+          this.log.warn({ err: error, submissions: batch.length, reads: reads.length }, 'flush failed; writing its parts one by one');
+          for (const s of batch) await this.flush([s], []);
+          for (const r of reads) await this.flush([], [r]);
+          return;
+        }
+        for (const s of batch) s.reject(error);
+        for (const r of reads) r.reject(error);
+        return;
+      }
+    }
+  }
+
+  private produces(s: Submission, eventId: string | undefined): boolean {
+    return eventId !== undefined && s.items.some((item) => this.lastIds.get(item)?.includes(eventId));
+  }
+
+  /** Event ids given to each item's events in the last attempt, to find whose event id was a duplicate. */
+  private lastIds = new WeakMap<KeyCommand, string[]>();
+
+  private requeue(postponed: readonly Submission[]): void {
+    const failed = postponed.filter((s) => ++s.attempts >= this.options.maxAttempts);
+    for (const s of failed) s.reject(new ConflictRetriesExhaustedError(streamsOf(s), s.attempts));
+    // In front: a postponed submission must still be decided before those that came after it.
+    this.submissions.unshift(...postponed.filter((s) => !failed.includes(s)));
+  }
+
+  /** One transaction. Resolves the submissions it wrote; returns those it had to postpone. */
+  private async attempt(batch: readonly Submission[], reads: readonly Read[]): Promise<Submission[]> {
+    const tx = await this.store.begin();
+    const scratches = new Map<string, Scratch>();
+    try {
+      const { items: readItems, counts, malformed } = await this.readMessages(tx, reads);
+      const items = [...batch.flatMap((s) => s.items), ...readItems];
+      if (items.length === 0) {
+        await tx.commit({ appends: [], archive: malformed });
+        for (const r of reads) r.resolve({ read: counts.get(r) ?? 0, started: [] });
+        return [];
+      }
+      const locked = await tx.lock([...new Set(items.map((i) => i.stream))].map((stream) => ({ stream, after: this.states.revision(stream) })));
+      const broken = new Map<string, unknown>();
+      const entries = new Map<string, Entry>();
+      for (const l of locked.values()) {
+        try {
+          entries.set(l.stream, await this.states.catchUp(l));
+        } catch (error) {
+          broken.set(l.stream, error);
+        }
+      }
+      const waits = (s: readonly KeyCommand[]) => s.some((i) => locked.get(i.stream)!.deferred);
+      const fails = (s: readonly KeyCommand[]) => s.find((i) => broken.has(i.stream));
+      const postponed = batch.filter((s) => waits(s.items));
+      const failed = batch.filter((s) => !waits(s.items) && fails(s.items) !== undefined);
+      const going = batch.filter((s) => !postponed.includes(s) && !failed.includes(s));
+      const release = readItems.filter((i) => waits([i]) || broken.has(i.stream)).map((i) => i.msgId);
+      const readGoing = readItems.filter((i) => !waits([i]) && !broken.has(i.stream));
+
+      const now = this.clock();
+      const decided = new Map<KeyCommand, CommandResult>();
+      const appended = new Map<string, { events: KeyEvent[]; stored: DecidedAppend['events'][number][] }>();
+      const decide = (item: KeyCommand) => {
+        const entry = entries.get(item.stream)!;
+        let scratch = scratches.get(item.stream);
+        if (scratch === undefined) scratches.set(item.stream, (scratch = new Scratch(entry.state)));
+        const result = decideInto(item.command, scratch, now);
+        if (E.isLeft(result)) {
+          this.log.info({ ...logFields(item.stream, item.command), refusal: result.left.tag }, describeDomainError(result.left));
+          decided.set(item, result);
+          return;
+        }
+        const a = appended.get(item.stream) ?? { events: [], stored: [] };
+        const ids: string[] = [];
+        for (const event of result.right) {
+          const eventId = this.options.eventId?.(item.stream, event);
+          if (eventId) ids.push(eventId);
+          a.events.push(event);
+          a.stored.push({ type: event.type, data: event.data, ...(item.metadata ? { metadata: item.metadata } : {}), ...(eventId ? { eventId } : {}) });
+        }
+        this.lastIds.set(item, ids);
+        appended.set(item.stream, a);
+        decided.set(item, E.right({ events: result.right, revision: entries.get(item.stream)!.revision }));
+      };
+      for (const s of going) s.items.forEach(decide);
+      readGoing.forEach(decide);
+
+      const archive = [...malformed, ...readGoing.filter((i) => E.isLeft(decided.get(i)!)).map((i) => i.msgId)];
+      const appends: DecidedAppend[] = [];
+      const snapshots: Snapshot[] = [];
+      const after = new Map<string, StreamRevision>();
+      for (const [stream, { events, stored }] of appended) {
+        if (events.length === 0) continue;
+        const before = entries.get(stream)!.revision;
+        const revision = next(before) + events.length - 1;
+        after.set(stream, revision);
+        appends.push({ stream, expected: before, events: stored, decided: events });
+        const every = this.options.snapshotEvery;
+        if (every > 0 && Math.floor((revision + 1) / every) !== Math.floor(next(before) / every)) {
+          // Serialised by commit() before it awaits anything, so later changes to the state cannot leak in.
+          snapshots.push({ stream, revision, schemaVersion: KEY_STATE_SCHEMA_VERSION, state: entries.get(stream)!.state as unknown as JsonObject });
+        }
+      }
+      const committed = await tx.commit({ appends, archive, release, snapshots });
+
+      // Remember: the decided states are the states at the new revisions.
+      for (const [stream, revision] of after) entries.get(stream)!.revision = revision;
+      const result = (item: KeyCommand): CommandResult =>
+        E.map((d: Decided) => {
+          const revision = after.get(item.stream) ?? d.revision;
+          const handedOff = d.events.flatMap((e) => (e.type === 'JobStarted' ? [committed.handedOff.get(e.data.jobId)].filter((j) => j !== undefined) : []));
+          return handedOff.length > 0 ? { ...d, revision, handedOff } : { ...d, revision };
+        })(decided.get(item)!);
+      for (const s of going) s.resolve(s.items.map(result));
+      for (const s of failed) s.reject(broken.get(fails(s.items)!.stream));
+      for (const r of reads) {
+        const mine = readItems.filter((i) => i.read === r);
+        const started = mine.flatMap((i): StartedJob[] => {
+          const d = decided.get(i);
+          const event = d !== undefined && E.isRight(d) ? d.right.events.find((e) => e.type === 'JobStarted') : undefined;
+          return event?.type === 'JobStarted' ? [{ msgId: i.msgId, stream: i.stream, message: i.message, started: event.data }] : [];
+        });
+        r.resolve({ read: counts.get(r) ?? 0, started });
+      }
+      return postponed;
+    } catch (error) {
+      for (const scratch of scratches.values()) scratch.rollbackTo();
+      await tx.rollback();
+      throw error;
+    }
+  }
+
+  /** The reads of the flush, each message a Start (a malformed one is archived and logged). */
+  private async readMessages(tx: WriteTransaction, reads: readonly Read[]): Promise<{ items: ReadItem[]; counts: Map<Read, number>; malformed: string[] }> {
+    const items: ReadItem[] = [];
+    const counts = new Map<Read, number>();
+    const malformed: string[] = [];
+    const qty = new Map(reads.map((r) => [r, r.request.qty()]));
+    const asked = reads.filter((r) => qty.get(r)! > 0);
+    if (asked.length === 0) return { items, counts, malformed };
+    const results = await tx.read(asked.map((r) => ({ queue: r.request.queue, vtMs: r.request.vtMs, qty: qty.get(r)! })));
+    asked.forEach((read, i) => {
+      const messages = results[i]!;
+      counts.set(read, messages.length);
+      for (const m of messages) {
+        const message = dispatchMessage(m);
+        if (message === undefined) {
+          this.log.error({ msgId: m.msgId, queue: read.request.queue }, 'dispatch message is not one: archived unread');
+          malformed.push(m.msgId);
+          continue;
+        }
+        const { jobId, leaseId, key } = message;
+        const command: Command = { type: 'Start', jobId, leaseId, workerId: read.request.workerId, msgId: m.msgId };
+        items.push({ stream: streamFor(key, jobId), command, metadata: { workerId: read.request.workerId, ...read.request.metadata }, read, msgId: m.msgId, message });
+      }
+    });
+    return { items, counts, malformed };
+  }
+
+  /**
+   * The current state of a stream, the caller's to keep: read from the store (the newest snapshot
+   * of this schema, then the events after it), not from this writer's states, which only a flush
+   * may touch.
+   */
+  async load(stream: string): Promise<Loaded> {
+    const entry: Entry = { state: draftOf(initialKeyState), revision: 'no_stream' };
+    const snapshot = await this.options.snapshots?.load(stream);
+    const decoded = snapshot?.schemaVersion === KEY_STATE_SCHEMA_VERSION ? KeyStateCodec.decode(snapshot.state) : undefined;
+    if (decoded !== undefined && E.isRight(decoded)) {
+      entry.state = draftOf(decoded.right);
+      entry.revision = snapshot!.revision;
+    }
+    for (const recorded of await this.events.readStream(stream, { fromRevision: next(entry.revision) })) {
+      apply(entry.state, decodeRecorded(recorded));
+      entry.revision = recorded.revision;
+    }
+    return entry;
+  }
+}
+
+const dispatchMessage = (m: ReceivedMessage): DispatchMessage | undefined => {
+  const d = m.message as Partial<DispatchMessage> | null;
+  const ok =
+    typeof d === 'object' && d !== null && typeof d.jobId === 'string' && d.jobId !== '' && typeof d.leaseId === 'string' && d.leaseId !== '' &&
+    (d.key === null || typeof d.key === 'string') && typeof d.name === 'string' && typeof d.attempt === 'number' && 'args' in d;
+  return ok ? (d as DispatchMessage) : undefined;
+};
+
+const streamsOf = (s: Submission): string[] => [...new Set(s.items.map((i) => i.stream))];
+
+/** The fields every log line about a command carries: key (or stream), jobId, leaseId. */
+const logFields = (stream: string, command: Command) => ({
+  ...(stream.startsWith(KEY_STREAM_PREFIX) ? { key: stream.slice(KEY_STREAM_PREFIX.length) } : { stream }),
+  command: command.type,
+  ...('jobId' in command && command.jobId !== undefined ? { jobId: command.jobId } : {}),
+  ...('leaseId' in command ? { leaseId: command.leaseId } : {}),
+});
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

@@ -1,0 +1,108 @@
+import type { KeyEvent } from '../events.js';
+import type { GlobalPosition, JsonObject, RecordedEvent, Snapshot, StreamAppend, StreamRevision } from './event-store.js';
+
+// The key writer's port: one transaction that reads dispatch messages, locks the streams it is
+// about to decide on, and writes every append of a flush together with what the inline
+// projections make of it. src/adapters/eventstore/postgres/write-transaction.ts implements it.
+
+/** What the dispatcher puts on the job's queue for each admission (SlotAcquired, JobPromoted). */
+export interface DispatchMessage {
+  readonly jobId: string;
+  /** null for a job without a concurrency key. */
+  readonly key: string | null;
+  /** The lease the worker must Start/Renew/Complete/Fail with. */
+  readonly leaseId: string;
+  readonly name: string;
+  readonly args: unknown;
+  /** Starts so far + 1: the attempt this admission will be if the worker starts it. */
+  readonly attempt: number;
+}
+
+/** A message as read: hidden from other readers for the read's visibility timeout. */
+export interface ReceivedMessage {
+  readonly msgId: string;
+  readonly readCt: number;
+  /** As stored; the reader checks its shape (anyone may send to a queue). */
+  readonly message: unknown;
+}
+
+export interface MessageRead {
+  readonly queue: string;
+  readonly vtMs: number;
+  readonly qty: number;
+}
+
+/** Lock a stream and bring its state up to date from `after` (the revision the caller's state is at; absent: read nothing, only lock). */
+export interface LockRequest {
+  readonly stream: string;
+  readonly after?: StreamRevision | 'no_stream';
+}
+
+/** Where a stream stood once the transaction held it. */
+export interface LockedStream {
+  readonly stream: string;
+  readonly revision: StreamRevision | 'no_stream';
+  /** A snapshot newer than `after`, when the store has one: fold `events` onto it instead. */
+  readonly snapshot: Snapshot | undefined;
+  /** Every event after `after` (or after the snapshot), in revision order. */
+  readonly events: readonly RecordedEvent[];
+  /**
+   * The stream's last writer has a newer transaction id than this transaction: events appended
+   * here would sort before that writer's in the global order although they follow them in the
+   * stream. It must be written in a later transaction (the key writer's next flush).
+   */
+  readonly deferred: boolean;
+}
+
+/** A job started by direct handoff: its admission got no message, so the commit says what to run. */
+export interface HandedOffJob {
+  readonly jobId: string;
+  readonly key: string | null;
+  readonly name: string;
+  readonly args: unknown;
+}
+
+/** An append of a flush; `decided`: its events as the decider made them, so the inline projections need not decode them again. */
+export interface DecidedAppend extends StreamAppend {
+  readonly decided?: readonly KeyEvent[];
+}
+
+export interface Commit {
+  /** One per stream, each expecting the revision it was locked at. */
+  readonly appends: readonly DecidedAppend[];
+  /** Messages read in this transaction whose Start was refused: nothing will run them. */
+  readonly archive?: readonly string[];
+  /** Messages read in this transaction that it leaves for a later one: visible again at once. */
+  readonly release?: readonly string[];
+  readonly snapshots?: readonly Snapshot[];
+}
+
+export interface Committed {
+  readonly handedOff: ReadonlyMap<string, HandedOffJob>;
+  /** Where an event written by this commit sits in the global order. */
+  positionOf(stream: string, revision: StreamRevision): GlobalPosition | undefined;
+}
+
+/**
+ * One transaction, used in this order: read (optional) -> lock -> commit, or rollback at any
+ * point. Nothing is visible to others before commit resolves, and a failure anywhere rolls all of
+ * it back: messages read become visible again when their timeout passes, nothing is appended.
+ */
+export interface WriteTransaction {
+  read(reads: readonly MessageRead[]): Promise<readonly (readonly ReceivedMessage[])[]>;
+  /** Locks the streams (in one order for every transaction, so two flushes never deadlock on them). */
+  lock(requests: readonly LockRequest[]): Promise<ReadonlyMap<string, LockedStream>>;
+  commit(commit: Commit): Promise<Committed>;
+  rollback(): Promise<void>;
+}
+
+export interface LedgerStore {
+  begin(): Promise<WriteTransaction>;
+}
+
+/** The transaction failed for a reason that says nothing about the commands (deadlock, a stream created concurrently, a lost connection): run it again. */
+export class TransientWriteError extends Error {
+  override readonly name = 'TransientWriteError';
+}
+
+export type { JsonObject };
