@@ -202,5 +202,7 @@ const batchByKey = (planned: readonly Planned[], metadata: Record<string, unknow
       ...(head.limit !== undefined ? { limit: head.limit } : {}),
       ...(head.leaseMs !== undefined ? { leaseMs: head.leaseMs } : {}),
     };
-    return { stream: head.stream, command, ...(metadata ? { metadata } : {}) };
+    // A job without a key and without a given id has a stream named after a UUID made up here: nothing can be in it.
+    const newStream = head.key === null && !head.givenId ? { newStream: true as const } : {};
+    return { stream: head.stream, command, ...(metadata ? { metadata } : {}), ...newStream };
   });

@@ -6,6 +6,7 @@ import type { EventData, KeyEvent } from '../domain/events.js';
 import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, Scratch, apply, draftOf, initialKeyState, type Draft, type KeyState } from '../domain/key-state.js';
 import { DuplicateEventIdError, type EventStore, type JsonObject, type Snapshot, type SnapshotStore, type StreamRevision } from '../domain/ports/event-store.js';
 import {
+  StaleStateError,
   TransientWriteError,
   type DecidedAppend,
   type DispatchMessage,
@@ -51,6 +52,8 @@ export interface KeyCommand {
   readonly command: Command;
   /** Recorded with each event of the decision (who asked, from where). */
   readonly metadata?: JsonObject;
+  /** The caller made the stream's name up just now (a job without a key and without a given id): it has no events yet. */
+  readonly newStream?: true;
 }
 
 export interface Decided {
@@ -154,6 +157,12 @@ interface ReadItem extends KeyCommand {
 interface Entry {
   state: Draft;
   revision: StreamRevision | 'no_stream';
+  /**
+   * Another writer appended to the stream since this writer last did (its last lock brought
+   * events, or a write that assumed otherwise failed): the next flush locks it first instead of
+   * writing on the state it has.
+   */
+  shared: boolean;
 }
 
 const next = (revision: StreamRevision | 'no_stream'): StreamRevision => (revision === 'no_stream' ? 0 : revision + 1);
@@ -175,7 +184,7 @@ class KeyStates {
   /** The entry, moved to the newest end of the LRU order. */
   entry(stream: string): Entry {
     let entry = this.entries.get(stream);
-    if (entry === undefined) entry = { state: draftOf(initialKeyState), revision: 'no_stream' };
+    if (entry === undefined) entry = { state: draftOf(initialKeyState), revision: 'no_stream', shared: true };
     else this.entries.delete(stream);
     this.entries.set(stream, entry);
     return entry;
@@ -200,6 +209,7 @@ class KeyStates {
         this.fold(entry, upTo);
       }
     }
+    entry.shared = locked.snapshot !== undefined || locked.events.length > 0;
     this.fold(entry, locked.events);
     if (entry.revision !== locked.revision) throw new Error(`key state of ${locked.stream} is at ${entry.revision}, the stream at ${locked.revision}`);
     return entry;
@@ -211,6 +221,19 @@ class KeyStates {
       apply(entry.state, decodeRecorded(recorded as Parameters<typeof decodeRecorded>[0]));
       entry.revision = recorded.revision;
     }
+  }
+
+  /** Whether a flush may write on the cached state without locking first (see Entry.shared). */
+  current(item: KeyCommand): Entry | undefined {
+    const entry = this.entries.get(item.stream);
+    if (entry !== undefined) return entry.shared ? undefined : this.entry(item.stream);
+    return item.newStream === true ? this.entry(item.stream) : undefined;
+  }
+
+  /** A write that assumed the stream unchanged found it moved on. */
+  moved(stream: string): void {
+    const entry = this.entries.get(stream);
+    if (entry !== undefined) entry.shared = true;
   }
 
   /** Drops the least recently used states past the cache size (between flushes only). */
@@ -322,12 +345,17 @@ export class KeyWriter {
 
   /** One flush, retried while transient; a failure of anything else is pinned on the submission that caused it. */
   private async flush(batch: Submission[], reads: Read[]): Promise<void> {
+    let optimistic = true;
     for (;;) {
       try {
-        const postponed = await this.attempt(batch, reads);
+        const postponed = await this.attempt(batch, reads, optimistic);
         this.requeue(postponed);
         return;
       } catch (error) {
+        if (error instanceof StaleStateError && optimistic) {
+          optimistic = false;
+          continue;
+        }
         if (error instanceof TransientWriteError) {
           for (const s of batch) s.attempts++;
           const exhausted = batch.filter((s) => s.attempts >= this.options.maxAttempts);
@@ -373,7 +401,7 @@ export class KeyWriter {
   }
 
   /** One transaction. Resolves the submissions it wrote; returns those it had to postpone. */
-  private async attempt(batch: readonly Submission[], reads: readonly Read[]): Promise<Submission[]> {
+  private async attempt(batch: readonly Submission[], reads: readonly Read[], optimistic: boolean): Promise<Submission[]> {
     const tx = await this.store.begin();
     const scratches = new Map<string, Scratch>();
     try {
@@ -384,14 +412,25 @@ export class KeyWriter {
         for (const r of reads) r.resolve({ read: counts.get(r) ?? 0, started: [] });
         return [];
       }
-      const locked = await tx.lock([...new Set(items.map((i) => i.stream))].map((stream) => ({ stream, after: this.states.revision(stream) })));
+      const streams = [...new Set(items.map((i) => i.stream))];
       const broken = new Map<string, unknown>();
       const entries = new Map<string, Entry>();
-      for (const l of locked.values()) {
-        try {
-          entries.set(l.stream, await this.states.catchUp(l));
-        } catch (error) {
-          broken.set(l.stream, error);
+      // When this writer wrote every stream last (or just made it up), it decides on the states it
+      // has and locks in the same round trip as it writes: the expected revision in the append
+      // refuses the write if that was wrong (StaleStateError), and the flush runs again, locking first.
+      optimistic &&= reads.length === 0 && items.every((i) => this.states.current(i) !== undefined);
+      let locked: ReadonlyMap<string, LockedStream>;
+      if (optimistic) {
+        locked = new Map(streams.map((stream) => [stream, { stream, revision: this.states.revision(stream), snapshot: undefined, events: [], deferred: false }]));
+        for (const stream of streams) entries.set(stream, this.states.entry(stream));
+      } else {
+        locked = await tx.lock(streams.map((stream) => ({ stream, after: this.states.revision(stream) })));
+        for (const l of locked.values()) {
+          try {
+            entries.set(l.stream, await this.states.catchUp(l));
+          } catch (error) {
+            broken.set(l.stream, error);
+          }
         }
       }
       const waits = (s: readonly KeyCommand[]) => s.some((i) => locked.get(i.stream)!.deferred);
@@ -446,7 +485,7 @@ export class KeyWriter {
           snapshots.push({ stream, revision, schemaVersion: KEY_STATE_SCHEMA_VERSION, state: entries.get(stream)!.state as unknown as JsonObject });
         }
       }
-      const committed = await tx.commit({ appends, archive, release, snapshots });
+      const committed = await tx.commit({ appends, archive, release, snapshots, ...(optimistic ? { lockFirst: streams } : {}) });
 
       // Remember: the decided states are the states at the new revisions.
       for (const [stream, revision] of after) entries.get(stream)!.revision = revision;
@@ -471,6 +510,7 @@ export class KeyWriter {
     } catch (error) {
       for (const scratch of scratches.values()) scratch.rollbackTo();
       await tx.rollback();
+      if (error instanceof StaleStateError) for (const item of batch.flatMap((s) => s.items)) this.states.moved(item.stream);
       throw error;
     }
   }
@@ -508,7 +548,7 @@ export class KeyWriter {
    * may touch.
    */
   async load(stream: string): Promise<Loaded> {
-    const entry: Entry = { state: draftOf(initialKeyState), revision: 'no_stream' };
+    const entry: Entry = { state: draftOf(initialKeyState), revision: 'no_stream', shared: true };
     const snapshot = await this.options.snapshots?.load(stream);
     const decoded = snapshot?.schemaVersion === KEY_STATE_SCHEMA_VERSION ? KeyStateCodec.decode(snapshot.state) : undefined;
     if (decoded !== undefined && E.isRight(decoded)) {

@@ -115,7 +115,7 @@ SELECT j.queue,
        END AS message,
        a.ord
 FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (job_id text, lease_id text)) WITH ORDINALITY AS a (job_id, lease_id, ord)
-LEFT JOIN jl_jobs j ON j.job_id = a.job_id`;
+LEFT JOIN LATERAL (SELECT * FROM jl_jobs WHERE jl_jobs.job_id = a.job_id) j ON true`;
 
 /** What a worker needs to run a job started by direct handoff (its admission got no message). */
 export const HANDED_OFF_SQL = `SELECT job_id AS "jobId", key, name, args FROM jl_jobs WHERE job_id = ANY($1::text[])`;

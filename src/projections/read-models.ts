@@ -241,11 +241,13 @@ export const projectReadModels = (events: readonly ProjectedEvent[]): readonly S
   };
   add(UPSERT_KEYS_SQL, [...keys.values()]);
   add(INSERT_JOBS_SQL, all.filter((c) => c.created !== null).map((c) => ({ job_id: c.jobId, stream: c.stream, key: c.key, ...c.created, ...c.cols, updated_at: c.updatedAt })));
-  add(UPDATE_JOBS_SQL, all.filter((c) => c.created === null && c.updatedAt !== null).map((c) => ({ job_id: c.jobId, m: c.m, ...c.cols, yield_lease: c.yieldLease, updated_at: c.updatedAt })));
+  const updated = all.filter((c) => c.created === null && c.updatedAt !== null);
+  if (updated.length > 0) out.push(statement(UPDATE_JOBS_SQL, JSON.stringify(updated.map((c) => ({ job_id: c.jobId, m: c.m, ...c.cols, yield_lease: c.yieldLease, updated_at: c.updatedAt }))), updated.map((c) => c.jobId)));
   const dropSlots = all.filter((c) => c.dropSlot).map((c) => c.jobId);
   if (dropSlots.length > 0) out.push(statement(DELETE_SLOTS_SQL, dropSlots));
   add(INSERT_SLOTS_SQL, all.filter((c) => c.slot !== null).map((c) => ({ job_id: c.jobId, stream: c.stream, key: c.key, ...c.slot })));
-  add(UPDATE_SLOTS_SQL, all.filter((c) => c.slotPatch !== null).map((c) => ({ job_id: c.jobId, ...c.slotPatch })));
+  const patched = all.filter((c) => c.slotPatch !== null);
+  if (patched.length > 0) out.push(statement(UPDATE_SLOTS_SQL, JSON.stringify(patched.map((c) => ({ job_id: c.jobId, ...c.slotPatch }))), patched.map((c) => c.jobId)));
   const dropParked = all.filter((c) => c.dropParked).map((c) => c.jobId);
   if (dropParked.length > 0) out.push(statement(DELETE_PARKED_SQL, dropParked));
   add(UPSERT_PARKED_SQL, all.filter((c) => c.parkedAt !== null).map((c) => ({ job_id: c.jobId, parked_at: c.parkedAt })));
@@ -253,7 +255,9 @@ export const projectReadModels = (events: readonly ProjectedEvent[]): readonly S
 };
 
 // Every statement takes its rows as ONE JSON array ($1): one round trip and one plan per table,
-// whatever the batch's size. Epoch-ms times arrive as float8 and become timestamptz the same way
+// whatever the batch's size. The planner takes a JSON array for 100 rows, so an UPDATE joining
+// it could hash-join a whole table: the UPDATEs also name their keys ($2) and the joins are
+// LATERAL, so each row is found by its primary key however big the table is. Epoch-ms times arrive as float8 and become timestamptz the same way
 // live and in a rebuild, so both write the same rows. In this order: jl_jobs before jl_parked (a
 // parked row takes its priority and seq from jl_jobs) and before the jl_slots deletes (a legacy
 // yield reads the slot it hands an attempt back for).
@@ -294,7 +298,7 @@ UPDATE jl_jobs j SET
 FROM jsonb_to_recordset($1::jsonb) AS x (
   job_id text, m int, status text, attempts int, run_at float8, started_at float8, finished_at float8, last_error text,
   finish_reason text, worker_id text, lease_id text, yield_lease text, updated_at float8)
-WHERE j.job_id = x.job_id`;
+WHERE j.job_id = ANY ($2::text[]) AND j.job_id = x.job_id`;
 
 export const DELETE_SLOTS_SQL = `DELETE FROM jl_slots WHERE job_id = ANY($1::text[])`;
 
@@ -311,7 +315,7 @@ UPDATE jl_slots s SET
   started_at = CASE WHEN x.m & ${SLOT_STARTED} <> 0 THEN ${ms('x.started_at')} ELSE s.started_at END,
   expires_at = CASE WHEN x.m & ${SLOT_EXPIRES} <> 0 THEN ${ms('x.expires_at')} ELSE s.expires_at END
 FROM jsonb_to_recordset($1::jsonb) AS x (job_id text, m int, worker_id text, attempt int, started_at float8, expires_at float8)
-WHERE s.job_id = x.job_id`;
+WHERE s.job_id = ANY ($2::text[]) AND s.job_id = x.job_id`;
 
 export const DELETE_PARKED_SQL = `DELETE FROM jl_parked WHERE job_id = ANY($1::text[])`;
 
@@ -320,5 +324,6 @@ export const DELETE_PARKED_SQL = `DELETE FROM jl_parked WHERE job_id = ANY($1::t
 export const UPSERT_PARKED_SQL = `
 INSERT INTO jl_parked (job_id, stream, key, priority, seq, parked_at)
 SELECT x.job_id, j.stream, j.key, j.priority, j.seq, ${ms('x.parked_at')}
-FROM jsonb_to_recordset($1::jsonb) AS x (job_id text, parked_at float8) LEFT JOIN jl_jobs j ON j.job_id = x.job_id
+FROM jsonb_to_recordset($1::jsonb) AS x (job_id text, parked_at float8)
+LEFT JOIN LATERAL (SELECT stream, key, priority, seq FROM jl_jobs WHERE jl_jobs.job_id = x.job_id) j ON true
 ON CONFLICT (job_id) DO UPDATE SET parked_at = excluded.parked_at`;

@@ -75,11 +75,15 @@ export interface Commit {
   /** Messages read in this transaction that it leaves for a later one: visible again at once. */
   readonly release?: readonly string[];
   readonly snapshots?: readonly Snapshot[];
+  /** Report where each written event sits (positionOf); a flush needs none. */
+  readonly positions?: boolean;
+  /** Lock these streams (as lock() does, reading nothing) in the same round trip as the write: for a caller sure enough of their revisions to skip lock(). */
+  readonly lockFirst?: readonly string[];
 }
 
 export interface Committed {
   readonly handedOff: ReadonlyMap<string, HandedOffJob>;
-  /** Where an event written by this commit sits in the global order. */
+  /** Where an event written by this commit sits in the global order (when asked for with `positions`). */
   positionOf(stream: string, revision: StreamRevision): GlobalPosition | undefined;
 }
 
@@ -106,3 +110,8 @@ export class TransientWriteError extends Error {
 }
 
 export type { JsonObject };
+
+/** An append expected a revision its stream has moved past (or a younger transaction wrote it last): nothing was written. */
+export class StaleStateError extends Error {
+  override readonly name = 'StaleStateError';
+}

@@ -94,7 +94,7 @@ export class PostgresEventStore implements EventStore, LedgerStore {
           merged.set(append.stream, entry);
           at.set(append.stream, (actual === 'no_stream' ? -1 : actual) + append.events.length);
         }
-        const committed = await tx.commit({ appends: [...merged.values()] });
+        const committed = await tx.commit({ appends: [...merged.values()], positions: true });
         const seen = new Map<string, number>();
         return appends.map((append) => {
           const before = seen.get(append.stream) ?? 0;

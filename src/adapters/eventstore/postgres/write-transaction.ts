@@ -10,6 +10,7 @@ import {
   type StreamRevision,
 } from '../../../domain/ports/event-store.js';
 import {
+  StaleStateError,
   TransientWriteError,
   type Commit,
   type Committed,
@@ -30,8 +31,8 @@ import { EVENT_COLUMNS, EVENTS_CHANNEL, toRecordedEvent, type EventRow } from '.
 // One transaction of the key writer (src/commands/key-writer.ts), on one pipelining connection,
 // in three round trips at most:
 //   read    BEGIN; the dispatch queue reads (their messages name streams to lock)
-//   lock    [BEGIN;] LOCK_SQL; XID_SQL; SNAPSHOTS_SQL; DELTAS_SQL
-//   commit  WRITE_SQL; the inline projections' statements; archives, snapshots, NOTIFY; COMMIT
+//   lock    [BEGIN;] LOCK_SQL (and, for a stream it waited for, SNAPSHOTS_SQL; DELTAS_SQL)
+//   commit  WRITE_*_SQL; the inline projections' statements; archives, snapshots, NOTIFY; COMMIT
 // Every statement of a round trip goes out at once; none of a later one is sent before the
 // earlier one's results are in, since the writer decides on them. A statement that fails aborts
 // the transaction, so everything after it is refused and COMMIT answers ROLLBACK: nothing of the
@@ -66,39 +67,53 @@ export class PgWriteTransaction implements WriteTransaction {
   }
 
   async lock(requests: readonly LockRequest[]): Promise<ReadonlyMap<string, LockedStream>> {
-    const streams = [...new Set(requests.map((r) => r.stream))].sort(byName);
-    const reading = requests.filter((r) => r.after !== undefined);
-    const wanted = [reading.map((r) => r.stream), reading.map((r) => revisionOf(r.after)), this.options.schemaVersion];
-    const statements: Statement[] = [
-      { text: LOCK_SQL, values: [streams] },
-      { text: XID_SQL, values: [] },
-      ...(reading.length > 0 ? [{ text: SNAPSHOTS_SQL, values: wanted }, { text: DELTAS_SQL, values: wanted }] : []),
-    ];
-    const [locked, xid, snapshots, deltas] = await this.run(statements);
-    this.xid = BigInt(xid!.rows[0].xid);
-    const out = new Map<string, LockedStream>();
-    const rows = new Map((locked!.rows as { stream: string; revision: string; writer: string }[]).map((r) => [r.stream, r]));
-    const snaps = new Map<string, Snapshot>(
-      ((snapshots?.rows ?? []) as { stream: string; revision: string; state: JsonObject }[]).map((r) => [
-        r.stream,
-        { stream: r.stream, revision: Number(r.revision), schemaVersion: this.options.schemaVersion, state: r.state },
-      ]),
-    );
-    const events = new Map<string, RecordedEvent[]>();
-    for (const row of (deltas?.rows ?? []) as EventRow[]) {
-      const list = events.get(row.stream) ?? [];
-      list.push(toRecordedEvent(row));
-      events.set(row.stream, list);
+    const after = new Map<string, number | null>();
+    for (const r of requests) after.set(r.stream, r.after === undefined ? null : revisionOf(r.after));
+    const streams = [...after.keys()].sort(byName);
+    const [locked] = await this.run([{ text: LOCK_SQL, values: [streams, streams.map((s) => after.get(s)), this.options.schemaVersion] }]);
+    const found = new Map<string, { revision: number; writer: bigint; snapshot: number | null; events: RecordedEvent[] }>();
+    for (const row of locked!.rows as LockRow[]) {
+      this.xid ??= BigInt(row.xid);
+      let f = found.get(row.stream);
+      if (f === undefined) {
+        f = { revision: Number(row.revision), writer: BigInt(row.writer), snapshot: row.snapshot_revision === null ? null : Number(row.snapshot_revision), events: [] };
+        found.set(row.stream, f);
+      }
+      if (row.stream_revision !== null) f.events.push(toRecordedEvent(row as unknown as EventRow));
     }
+    // LOCK_SQL read the events in the snapshot it started with: a stream it had to wait for (its
+    // writer committed meanwhile) comes back short of its locked revision, and so does one with
+    // a newer snapshot (whose state it does not carry). Those are read again, now that they are held.
+    const again = streams.filter((s) => {
+      const f = found.get(s);
+      const from = after.get(s);
+      if (f === undefined || from === null) return false;
+      const last = f.events.at(-1)?.revision ?? (f.snapshot ?? from);
+      return f.snapshot !== null || last !== f.revision;
+    });
+    const snaps = new Map<string, Snapshot>();
+    if (again.length > 0) {
+      const wanted = [again, again.map((s) => after.get(s)), this.options.schemaVersion];
+      const [snapshots, deltas] = await this.run([
+        { text: SNAPSHOTS_SQL, values: wanted },
+        { text: DELTAS_SQL, values: wanted },
+      ]);
+      for (const r of snapshots!.rows as { stream: string; revision: string; state: JsonObject }[]) {
+        snaps.set(r.stream, { stream: r.stream, revision: Number(r.revision), schemaVersion: this.options.schemaVersion, state: r.state });
+      }
+      for (const stream of again) found.get(stream)!.events = [];
+      for (const row of deltas!.rows as EventRow[]) found.get(row.stream)!.events.push(toRecordedEvent(row));
+    }
+    const out = new Map<string, LockedStream>();
     for (const stream of streams) {
-      const row = rows.get(stream);
+      const f = found.get(stream);
       out.set(stream, {
         stream,
-        revision: row === undefined ? 'no_stream' : Number(row.revision),
+        revision: f === undefined ? 'no_stream' : f.revision,
         snapshot: snaps.get(stream),
-        events: events.get(stream) ?? [],
+        events: f?.events ?? [],
         // See streams.transaction_id: a younger last writer means our events would sort first.
-        deferred: row !== undefined && BigInt(row.writer) > this.xid,
+        deferred: f !== undefined && this.xid !== undefined && f.writer > this.xid,
       });
     }
     return out;
@@ -106,6 +121,11 @@ export class PgWriteTransaction implements WriteTransaction {
 
   async commit(commit: Commit): Promise<Committed> {
     const statements: Statement[] = [];
+    if (commit.lockFirst?.length) {
+      const streams = [...new Set(commit.lockFirst)].sort(byName);
+      statements.push({ text: LOCK_SQL, values: [streams, streams.map(() => null), this.options.schemaVersion] });
+    }
+    const written = statements.length;
     const projected: ProjectedEvent[] = [];
     const wire: WireEvent[] = [];
     const heads: { stream: string; expected: number; revision: number }[] = [];
@@ -125,7 +145,7 @@ export class PgWriteTransaction implements WriteTransaction {
         projected.push({ event: event as KeyEvent, stream: append.stream, revision, key, commit: this.xid ?? 0n });
       });
     }
-    if (heads.length > 0) statements.push({ text: WRITE_SQL, values: [JSON.stringify(heads), JSON.stringify(wire)] });
+    if (heads.length > 0) statements.push({ text: commit.positions === true ? WRITE_RETURNING_SQL : WRITE_FLUSH_SQL, values: [JSON.stringify(heads), JSON.stringify(wire), heads.map((h) => h.stream)] });
     statements.push(...projectAll(this.options.inline, projected));
     if (commit.archive?.length) statements.push(dispatchQueue.archive(commit.archive));
     if (commit.release?.length) statements.push(dispatchQueue.setVisibility(commit.release.map((msgId) => ({ msgId, ms: 0 }))));
@@ -144,9 +164,8 @@ export class PgWriteTransaction implements WriteTransaction {
     statements.forEach((s, i) => {
       if (s.returns === 'handedOff') for (const job of results[i]!.rows as HandedOffJob[]) handedOff.set(job.jobId, job);
     });
-    if (heads.length > 0) {
-      const written = results[0]!.rows as { stream: string; revision: string; position: string }[];
-      for (const row of written) positions.set(`${row.stream}\u0000${row.revision}`, { commit: this.xid ?? 0n, prepare: BigInt(row.position) });
+    if (heads.length > 0 && commit.positions === true) {
+      for (const row of results[written]!.rows as { stream: string; revision: string; position: string }[]) positions.set(`${row.stream}\u0000${row.revision}`, { commit: this.xid ?? 0n, prepare: BigInt(row.position) });
     }
     return { handedOff, positionOf: (stream, revision) => positions.get(`${stream}\u0000${revision}`) };
   }
@@ -166,14 +185,21 @@ export class PgWriteTransaction implements WriteTransaction {
   private async run(statements: readonly Statement[], { ending = false } = {}): Promise<pg.QueryResult[]> {
     if (this.ended) throw new Error('write transaction already ended');
     const sent: Promise<pg.QueryResult>[] = [];
-    if (!this.began) {
-      this.began = true;
-      sent.push(this.client.query('BEGIN ISOLATION LEVEL READ COMMITTED'));
+    // A pipelining client writes each statement as it is queued: corked, they leave in one write.
+    const stream = (this.client as unknown as { connection?: { stream?: { cork?(): void; uncork?(): void } } }).connection?.stream;
+    stream?.cork?.();
+    try {
+      if (!this.began) {
+        this.began = true;
+        sent.push(this.client.query(BEGIN_SQL));
+      }
+      for (const s of statements) {
+        sent.push(s.values.length === 0 ? this.client.query(s.text) : this.client.query({ name: statementName(s.text), text: s.text, values: s.values as unknown[] }));
+      }
+    } finally {
+      stream?.uncork?.();
     }
-    const offset = sent.length;
-    for (const s of statements) {
-      sent.push(s.values.length === 0 ? this.client.query(s.text) : this.client.query({ name: statementName(s.text), text: s.text, values: s.values as unknown[] }));
-    }
+    const offset = sent.length - statements.length;
     const settled = await Promise.allSettled(sent);
     if (ending) {
       this.ended = true;
@@ -211,6 +237,8 @@ const mapError = (error: unknown): unknown => {
   }
   // deadlock_detected, serialization_failure, or a stream another transaction created first.
   if (error.code === '40P01' || error.code === '40001' || (error.code === '23505' && error.constraint === 'streams_pkey')) return new TransientWriteError(error.message);
+  // WRITE_SQL's expected-revision check: a stream that had moved on gets no claimed row.
+  if (error.code === '23502' && error.column === 'stream_revision') return new StaleStateError(error.message);
   if (error.code === '23505' && error.constraint === 'events_event_id_key') {
     const eventId = /\(event_id\)=\(([0-9a-f-]+)\)/i.exec(error.detail ?? '')?.[1];
     return new DuplicateEventIdError('', error.detail ?? '', eventId);
@@ -218,25 +246,56 @@ const mapError = (error: unknown): unknown => {
   return error;
 };
 
-// The streams to write, locked in name order ("C" collation): two transactions sharing streams
-// take them in the same order and queue up instead of deadlocking. LockRows sits above the sort,
-// so rows are locked in that order. Each row's transaction_id tells whether a younger
-// transaction wrote it last (the caller then defers the stream: deferred in LockedStream).
-export const LOCK_SQL = `SELECT stream, revision::text AS revision, transaction_id::text AS writer FROM streams WHERE stream = ANY($1::text[]) ORDER BY stream FOR UPDATE`;
+// Generic plans for this transaction's prepared statements: with array parameters PostgreSQL
+// would otherwise plan them anew on every execution (custom plans), which cost more than running
+// them (measured: about 0.1 ms a statement, half a flush's time on one key). Their generic plans
+// find every row by primary key (see read-models.ts), whatever the batch.
+const BEGIN_SQL = `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_generic_plan`;
 
-export const XID_SQL = `SELECT pg_current_xact_id()::text AS xid`;
+interface LockRow {
+  stream: string;
+  revision: string;
+  writer: string;
+  xid: string;
+  snapshot_revision: string | null;
+  stream_revision: string | null;
+}
+
+// The streams to write ($1, sorted), locked in name order ("C" collation): two transactions
+// sharing streams take them in the same order and queue up instead of deadlocking (LockRows sits
+// above the sort, so rows are locked in that order). Each row's transaction_id tells whether a
+// younger transaction wrote it last (the caller then defers the stream). With each stream comes
+// what the caller lacks ($2: the revision its state is at, -1 none, NULL: lock only): the revision
+// of a newer snapshot ($3: schema version), and the events after it or after $2. Those are read
+// in the statement's snapshot, which predates any lock it waited for: lock() reads such a stream
+// again (SNAPSHOTS_SQL, DELTAS_SQL). A stream this process wrote last costs one probe of events.
+export const LOCK_SQL = `
+WITH w AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS w (stream, after)),
+locked AS MATERIALIZED (
+  SELECT stream, revision, transaction_id FROM streams WHERE stream = ANY($1::text[]) ORDER BY stream FOR UPDATE
+)
+SELECT l.stream, l.revision::text AS revision, l.transaction_id::text AS writer, pg_current_xact_id()::text AS xid,
+       s.revision::text AS snapshot_revision,
+       e.global_position, e.transaction_id_text, e.stream_revision, e.type, e.data, e.metadata, e.event_id, e.created
+FROM locked l
+JOIN w ON w.stream = l.stream
+LEFT JOIN snapshots s ON s.stream = l.stream AND s.schema_version = $3 AND s.revision > w.after
+LEFT JOIN LATERAL (
+  SELECT ${EVENT_COLUMNS} FROM events
+  WHERE events.stream = l.stream AND l.revision > w.after AND events.stream_revision > greatest(w.after, coalesce(s.revision, -1))
+  ORDER BY events.stream_revision
+) e ON true
+ORDER BY l.stream, e.stream_revision`;
 
 // Snapshots newer than the caller's state ($1 streams, $2 revision each is at, -1: none; $3
-// schema version). Run after LOCK_SQL, in a statement of their own: a statement's snapshot is
-// taken when it starts, so one that had waited for a lock would miss what the waited-for writer
-// committed. Nobody else can save a snapshot of a locked stream (saves happen under the lock).
+// schema version), for streams LOCK_SQL could not bring up to date. Run once the streams are
+// held: nobody else can save a snapshot of a locked stream (saves happen under the lock).
 export const SNAPSHOTS_SQL = `
 SELECT s.stream, s.revision::text AS revision, s.state
 FROM unnest($1::text[], $2::bigint[]) AS w (stream, after)
 JOIN snapshots s ON s.stream = w.stream AND s.schema_version = $3 AND s.revision > w.after`;
 
-// Every event after the caller's state (or after the newer snapshot SNAPSHOTS_SQL returns): a
-// stream this process wrote last costs one index probe and returns nothing.
+// Every event after the caller's state (or after the newer snapshot SNAPSHOTS_SQL returns).
 export const DELTAS_SQL = `
 SELECT e.* FROM unnest($1::text[], $2::bigint[]) AS w (stream, after)
 CROSS JOIN LATERAL (
@@ -248,19 +307,21 @@ CROSS JOIN LATERAL (
 ORDER BY e.stream, e.stream_revision`;
 
 // The appends of a flush. $1: one row per stream (stream, expected revision or -1, revision
-// after); $2: the events, in order, each with its revision. This MUST stay one statement: the
+// after); $2: the events, in order, each with its revision; $3: the streams again, for the
+// planner (see read-models.ts: found by primary key however many streams there are). This MUST stay one statement: the
 // expected-revision check and the writes are one step, and it is the check, not the lock taken
-// before, that keeps every limit. A stream whose row did not move as expected gets no claimed
+// before, that keeps every limit. A stream whose row did not move as expected (another revision,
+// or a last writer younger than this transaction: see streams.transaction_id) gets no claimed
 // row, so its events get a NULL revision and the NOT NULL constraint fails the whole statement
-// (and transaction) instead of writing around a conflict; a stream created meanwhile fails on
-// streams_pkey (the writer runs the flush again).
-export const WRITE_SQL = `
+// (and transaction) instead of writing around a conflict (StaleStateError); a stream created
+// meanwhile fails on streams_pkey (the writer runs the flush again).
+const WRITE_SQL = `
 WITH s AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb) AS s (stream text, expected bigint, revision bigint)
 ),
 moved AS (
   UPDATE streams t SET revision = s.revision, transaction_id = pg_current_xact_id()
-  FROM s WHERE t.stream = s.stream AND s.expected >= 0 AND t.revision = s.expected
+  FROM s WHERE t.stream = ANY ($3::text[]) AND t.stream = s.stream AND s.expected >= 0 AND t.revision = s.expected AND t.transaction_id <= pg_current_xact_id()
   RETURNING t.stream
 ),
 created AS (
@@ -277,8 +338,12 @@ written AS (
   LEFT JOIN claimed c ON c.stream = e.stream
   ORDER BY e.ord
   RETURNING stream, stream_revision, global_position
-)
+)`;
+/** Where each written event sits: for append(), which reports positions; a flush needs none. */
+export const WRITE_RETURNING_SQL = `${WRITE_SQL}
 SELECT stream, stream_revision::text AS revision, global_position::text AS position FROM written`;
+const WRITE_FLUSH_SQL = `${WRITE_SQL}
+SELECT count(*) FROM written`;
 
 export const SAVE_SNAPSHOTS_SQL = `
 INSERT INTO snapshots (stream, schema_version, revision, state)
