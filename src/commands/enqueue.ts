@@ -201,6 +201,7 @@ const batchByKey = (planned: readonly Planned[], metadata: Record<string, unknow
       jobs: g.map((p) => p.job),
       ...(head.limit !== undefined ? { limit: head.limit } : {}),
       ...(head.leaseMs !== undefined ? { leaseMs: head.leaseMs } : {}),
+      ...(head.key === null ? { solo: true as const } : {}),
     };
     // A job without a key and without a given id has a stream named after a UUID made up here: nothing can be in it.
     const newStream = head.key === null && !head.givenId ? { newStream: true as const } : {};

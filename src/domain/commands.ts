@@ -28,7 +28,15 @@ export const JobSpec = t.intersection([
 export type JobSpec = t.TypeOf<typeof JobSpec>;
 
 /** The key's limit and lease as an enqueue sees them; absent means "keep the key's" (DEFAULT_LIMIT and DEFAULT_LEASE_MS for a new key). */
-const KeyPolicy = t.partial({ limit: Limit, leaseMs: LeaseMs });
+const KeyPolicy = t.partial({
+  limit: Limit,
+  leaseMs: LeaseMs,
+  /**
+   * The stream is the job's own (a job without a key): it is admitted at once, and its JobEnqueued
+   * says so instead of a KeyLimitSet of 1 that no key would ever read.
+   */
+  solo: t.literal(true),
+});
 
 const command = <T extends string, P extends t.Props>(type: T, props: P) => t.type({ type: t.literal(type), ...props }, type);
 const withOptional = <A extends t.Mixed, P extends t.Props>(base: A, optional: P) => t.intersection([base, t.partial(optional)]);

@@ -34,16 +34,21 @@ export const KeyLimitSet = event('KeyLimitSet', {
   /** Who changed it: absent when it came with an enqueue. */
   by: t.union([t.string, t.null]),
 });
-export const JobEnqueued = event('JobEnqueued', {
-  jobId: JobId,
-  name: t.string,
-  args: t.unknown,
-  queue: t.string,
-  priority: t.number,
-  maxAttempts: t.number,
-  leaseMs: t.number,
-  runAt: t.union([Time, t.null]),
-});
+export const JobEnqueued = eventWith(
+  'JobEnqueued',
+  {
+    jobId: JobId,
+    name: t.string,
+    args: t.unknown,
+    queue: t.string,
+    priority: t.number,
+    maxAttempts: t.number,
+    leaseMs: t.number,
+    runAt: t.union([Time, t.null]),
+  },
+  /** The first event of a job's own stream (no key): the stream's limit is 1 and its lease the job's, with no KeyLimitSet. */
+  { solo: t.literal(true) },
+);
 /**
  * An admission holds its slot without expiry until a worker starts it (expiresAt null): a backlog
  * of admitted jobs nobody has read yet costs no events and no timers. Older events carry the

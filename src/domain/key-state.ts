@@ -168,6 +168,10 @@ export const apply = (d: Draft, event: KeyEvent): void => {
       return;
     case 'JobEnqueued': {
       const e = event.data;
+      if (e.solo === true && d.limit === 0) {
+        d.limit = 1;
+        d.leaseMs = e.leaseMs;
+      }
       d.jobs[e.jobId] = {
         status: 'pending',
         priority: e.priority,

@@ -42,9 +42,10 @@ export interface DispatchQueue {
  *   new admission with its own message;
  * - an admission released within the batch (cancelled, revoked before anyone read it): nothing
  *   could run it.
- * The message then follows its lease: a JobStarted or LeaseRenewed naming it moves its
- * visibility to the lease's expiry, and the SlotReleased naming it archives it, in the same
- * transaction. So a message reappears only when its worker has gone silent for a whole lease.
+ * The message then follows its lease: the read that starts it hides it for at least the lease
+ * (the message carries leaseMs), a LeaseRenewed naming it moves its visibility to the lease's
+ * expiry, and the SlotReleased naming it archives it, in the same transaction. So a message
+ * reappears only when its worker has gone silent for a whole lease.
  *
  * The message's name, args and attempt come from jl_jobs, in the same transaction, after the read
  * models' statements: the dispatcher runs after them, in their batch (inline, or one async runner
@@ -70,12 +71,12 @@ export const projectDispatch = (queue: DispatchQueue, events: readonly Projected
         admitted.set(event.data.leaseId, { job_id: event.data.jobId, lease_id: event.data.leaseId, commit });
         break;
       case 'JobStarted': {
-        const { leaseId, msgId, expiresAt, at } = event.data;
+        // Its message (if any) was read in this very transaction, hidden for at least the lease: nothing to move.
+        const { leaseId } = event.data;
         if (admitted.get(leaseId)?.commit === commit) {
           admitted.delete(leaseId);
           handedOff.push(event.data.jobId);
         }
-        if (msgId !== undefined) visibility.set(msgId, expiresAt - at);
         break;
       }
       case 'LeaseRenewed':
@@ -111,7 +112,7 @@ export const projectDispatch = (queue: DispatchQueue, events: readonly Projected
 export const ADMISSION_MESSAGES_SQL = `
 SELECT j.queue,
        CASE WHEN j.job_id IS NOT NULL THEN jsonb_build_object(
-         'jobId', j.job_id, 'key', j.key, 'leaseId', a.lease_id, 'name', j.name, 'args', j.args, 'attempt', j.attempts + 1)
+         'jobId', j.job_id, 'key', j.key, 'leaseId', a.lease_id, 'name', j.name, 'args', j.args, 'attempt', j.attempts + 1, 'leaseMs', j.lease_ms)
        END AS message,
        a.ord
 FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (job_id text, lease_id text)) WITH ORDINALITY AS a (job_id, lease_id, ord)

@@ -445,6 +445,14 @@ updated AS (
 )
 SELECT ${MESSAGE_COLUMNS} FROM updated ORDER BY msg_id`;
 
+// The key writer's read of dispatch messages: as READ_SQL, but hidden for at least the job's lease
+// (DispatchMessage.leaseMs), so the job started in the same transaction keeps its message hidden
+// for as long as its lease lives without a second update. A message that is not one gets $2.
+const READ_DISPATCH_SQL = READ_SQL.replace(
+  `SET vt = statement_timestamp() + $2::float8 ${MS}`,
+  `SET vt = statement_timestamp() + greatest($2::float8, CASE WHEN jsonb_typeof(m.message -> 'leaseMs') = 'number' THEN (m.message ->> 'leaseMs')::float8 ELSE 0 END) ${MS}`,
+);
+
 // Pop: the read's pick of one message, deleted instead of hidden. One statement, as read.
 const POP_SQL = `
 WITH picked AS MATERIALIZED (${VISIBLE('1')})
@@ -512,11 +520,11 @@ export const dispatchQueue: DispatchQueue = {
   setVisibility: (entries) => ({ text: SET_VISIBILITY_SQL, values: [JSON.stringify(entries.map((e) => ({ msg_id: e.msgId, ms: e.ms })))] }),
 };
 
-/** read() as a statement, for a caller that reads inside its own transaction (the key writer's flush). */
+/** read() of dispatch messages as a statement, for the key writer's flush (see READ_DISPATCH_SQL). */
 export const readStatement = (queue: string, vtMs: number, qty: number): Statement => {
   checkQueue(queue);
   checkMs('vtMs', vtMs);
-  return { text: READ_SQL, values: [queue, vtMs, qty] };
+  return { text: READ_DISPATCH_SQL, values: [queue, vtMs, qty] };
 };
 
 export const toQueueMessage = <T>(row: unknown): QueueMessage<T> => toMessage<T>(row as MessageRow);

@@ -7,12 +7,14 @@ import { accept, type Decision, type Outcome } from './decision.js';
  * A job already on the key records nothing new, so a retried enqueue is harmless.
  */
 export const enqueue = (c: CommandOf<'Enqueue'> | CommandOf<'EnqueueMany'>, d: Decision): Outcome => {
-  applyPolicy(c, d);
+  // A job's own stream needs no KeyLimitSet: its first JobEnqueued says it is solo (limit 1).
+  const solo = c.solo === true && d.state.limit === 0;
+  if (!solo) applyPolicy(c, d);
   for (const job of c.type === 'Enqueue' ? [c.job] : c.jobs) {
     if (d.job(job.jobId) !== undefined) continue;
-    const leaseMs = job.leaseMs ?? d.state.leaseMs;
+    const leaseMs = job.leaseMs ?? (solo && d.state.limit === 0 ? (c.leaseMs ?? DEFAULT_LEASE_MS) : d.state.leaseMs);
     // `+ 0` turns a priority of -0 into 0, the value JSON stores, so replay folds the same state.
-    d.emit('JobEnqueued', { ...job, priority: job.priority + 0, leaseMs });
+    d.emit('JobEnqueued', { ...job, priority: job.priority + 0, leaseMs, ...(solo && d.state.limit === 0 ? { solo: true as const } : {}) });
     // A job due later holds no slot while it waits (pgbus took the slot at enqueue).
     if (job.runAt !== null && job.runAt > d.now) d.emit('JobScheduled', { jobId: job.jobId, runAt: job.runAt });
     else d.admit(job.jobId);

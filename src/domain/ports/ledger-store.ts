@@ -16,6 +16,8 @@ export interface DispatchMessage {
   readonly args: unknown;
   /** Starts so far + 1: the attempt this admission will be if the worker starts it. */
   readonly attempt: number;
+  /** The job's lease: a read hides the message at least this long, so once started it stays hidden as long as the lease lives. */
+  readonly leaseMs: number;
 }
 
 /** A message as read: hidden from other readers for the read's visibility timeout. */
