@@ -32,7 +32,7 @@ describe('reads', () => {
     const keys = body.keys.map((k: { key: string }) => k.key);
     for (const key of AWKWARD_KEYS) expect(keys).toContain(key);
     const awkward = body.keys.find((k: { key: string }) => k.key === AWKWARD_KEYS[2]);
-    expect(awkward).toMatchObject({ limit: 1, inUse: 1, parked: 1, scheduled: 0, atLimit: true, leaseState: 'live' });
+    expect(awkward).toMatchObject({ limit: 1, inUse: 1, parked: 1, scheduled: 0, atLimit: true, leaseState: 'unstarted' });
     expect(awkward.oldestParkedAt).toBeTypeOf('number');
     expect(body.keys.find((k: { key: string }) => k.key === 'roomy')).toMatchObject({ limit: 3, inUse: 1, parked: 0, scheduled: 1, atLimit: false, oldestParkedAt: null });
     expect(body.totals).toMatchObject({
@@ -50,7 +50,7 @@ describe('reads', () => {
     const { status, body } = await s.get('/api/keys/detail', { key });
     expect(status).toBe(200);
     expect(body).toMatchObject({ key, limit: 1 });
-    expect(body.holders).toEqual([expect.objectContaining({ jobId: `read${i}-a`, name: 'work', how: 'acquired', leaseState: 'live', workerId: null })]);
+    expect(body.holders).toEqual([expect.objectContaining({ jobId: `read${i}-a`, name: 'work', how: 'acquired', leaseState: 'unstarted', expiresAt: null, workerId: null })]);
     expect(body.parked).toEqual([expect.objectContaining({ jobId: `read${i}-b`, name: 'work' })]);
     expect(body.handoffs).toEqual([expect.objectContaining({ jobId: `read${i}-a`, how: 'acquired', releasedAt: null, reason: null })]);
   });

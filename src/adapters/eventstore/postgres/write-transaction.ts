@@ -165,7 +165,9 @@ export class PgWriteTransaction implements WriteTransaction {
       if (s.returns === 'handedOff') for (const job of results[i]!.rows as HandedOffJob[]) handedOff.set(job.jobId, job);
     });
     if (heads.length > 0 && commit.positions === true) {
-      for (const row of results[written]!.rows as { stream: string; revision: string; position: string }[]) positions.set(`${row.stream}\u0000${row.revision}`, { commit: this.xid ?? 0n, prepare: BigInt(row.position) });
+      for (const row of results[written]!.rows as { stream: string; revision: string; position: string; xid: string }[]) {
+        positions.set(`${row.stream}\u0000${row.revision}`, { commit: BigInt(row.xid), prepare: BigInt(row.position) });
+      }
     }
     return { handedOff, positionOf: (stream, revision) => positions.get(`${stream}\u0000${revision}`) };
   }
@@ -341,7 +343,7 @@ written AS (
 )`;
 /** Where each written event sits: for append(), which reports positions; a flush needs none. */
 export const WRITE_RETURNING_SQL = `${WRITE_SQL}
-SELECT stream, stream_revision::text AS revision, global_position::text AS position FROM written`;
+SELECT stream, stream_revision::text AS revision, global_position::text AS position, pg_current_xact_id()::text AS xid FROM written`;
 const WRITE_FLUSH_SQL = `${WRITE_SQL}
 SELECT count(*) FROM written`;
 

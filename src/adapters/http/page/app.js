@@ -154,7 +154,7 @@ const act = async (confirmation, run, describe) => {
 
 const state = { keys: [], sort: { by: 'key', dir: 1 }, filter: '', onlyAtLimit: false, key: null };
 
-const LEASE_ORDER = { expired: 0, live: 1, none: 2 };
+const LEASE_ORDER = { expired: 0, live: 1, unstarted: 2, none: 3 };
 const sortValue = (row, by) => {
   if (by === 'inUse') return row.limit === 0 ? 0 : row.inUse / row.limit;
   if (by === 'leaseState') return LEASE_ORDER[row.leaseState];

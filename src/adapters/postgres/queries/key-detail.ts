@@ -15,7 +15,8 @@ export interface Holder {
   readonly workerId: string | null;
   readonly startedAt: number | null;
   readonly attempt: number | null;
-  readonly leaseState: 'live' | 'expired';
+  /** unstarted: admitted, no worker has started it (no expiry); expired: its lease ran out by now (not yet reclaimed); live otherwise. */
+  readonly leaseState: 'live' | 'expired' | 'unstarted';
 }
 
 export interface ParkedJob {
@@ -91,7 +92,7 @@ export const keyDetail = async (db: Queryable, key: string, now: number): Promis
     leaseMs: row.leaseMs,
     holders: row.holders.map((h) => {
       const expiresAt = toMs(h.expiresAt);
-      return { ...h, acquiredAt: toMs(h.acquiredAt), expiresAt, startedAt: toMs(h.startedAt), leaseState: leaseStateOf(expiresAt, now) === 'expired' ? 'expired' : 'live' };
+      return { ...h, acquiredAt: toMs(h.acquiredAt), expiresAt, startedAt: toMs(h.startedAt), leaseState: expiresAt === null ? 'unstarted' : leaseStateOf(expiresAt, 1, now) === 'expired' ? 'expired' : 'live' };
     }),
     parked: row.parked.map((p) => ({ ...p, parkedAt: toMs(p.parkedAt) })),
     scheduled: row.scheduled.map((s) => ({ ...s, runAt: toMs(s.runAt) })),

@@ -1,7 +1,7 @@
 import type { Queryable } from '../../../projections/runner.js';
 import { epochMs, toMs } from './sql.js';
 
-export type LeaseState = 'live' | 'expired' | 'none';
+export type LeaseState = 'live' | 'expired' | 'unstarted' | 'none';
 
 export interface KeyRow {
   readonly key: string;
@@ -11,7 +11,11 @@ export interface KeyRow {
   readonly scheduled: number;
   readonly oldestParkedAt: number | null;
   readonly nextLeaseExpiry: number | null;
-  /** none: no holder; expired: some holder's lease ran out by now (the sweeper has not reclaimed it yet); live otherwise. */
+  /**
+   * none: no holder; unstarted: holders, none started by a worker yet (an admission holds its slot
+   * without expiry until a worker reads it); expired: some started holder's lease ran out by now
+   * (the sweeper has not reclaimed it yet); live otherwise.
+   */
   readonly leaseState: LeaseState;
   /** inUse >= limit: a new job of the key would park. */
   readonly atLimit: boolean;
@@ -34,8 +38,8 @@ type Row = Omit<KeyRow, 'leaseState' | 'atLimit'>;
  * Compares the nearest expiry with `now` from the ledger's clock, not the database's: the sweeper
  * decides expiry on that clock, so a lease shown expired is one the sweeper will reclaim.
  */
-export const leaseStateOf = (nextLeaseExpiry: number | null, now: number): LeaseState =>
-  nextLeaseExpiry === null ? 'none' : nextLeaseExpiry <= now ? 'expired' : 'live';
+export const leaseStateOf = (nextLeaseExpiry: number | null, holders: number, now: number): LeaseState =>
+  nextLeaseExpiry === null ? (holders > 0 ? 'unstarted' : 'none') : nextLeaseExpiry <= now ? 'expired' : 'live';
 
 /** Every concurrency key with its limit, use and waits (jl_key_stats), ordered by key. */
 export const listKeys = async (db: Queryable, now: number): Promise<KeyRow[]> => {
@@ -46,7 +50,7 @@ export const listKeys = async (db: Queryable, now: number): Promise<KeyRow[]> =>
       ...r,
       oldestParkedAt: toMs(r.oldestParkedAt),
       nextLeaseExpiry,
-      leaseState: leaseStateOf(nextLeaseExpiry, now),
+      leaseState: leaseStateOf(nextLeaseExpiry, r.inUse, now),
       atLimit: r.inUse >= r.limit,
     };
   });

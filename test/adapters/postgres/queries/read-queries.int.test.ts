@@ -24,12 +24,13 @@ beforeAll(async () => {
   await s.start('busy', 'b1', 'worker-a');
   s.at(T0 + 4 * SEC);
   await s.complete('busy', 'b1'); // b4 (priority 1) is promoted ahead of b3 and b5
-  // idle: a key whose only job finished; stale: a holder whose lease ran out (clock moves past it).
+  // idle: a key whose only job finished; stale: a started holder whose lease runs out (clock moves past it).
   s.at(T0 + 5 * SEC);
   await ledger.enqueue({ name: 'sync', key: 'idle', jobId: 'i1' });
   await s.start('idle', 'i1');
   await s.complete('idle', 'i1');
   await ledger.enqueue({ name: 'sync', key: 'stale', leaseMs: 2 * SEC, jobId: 's1' });
+  await s.start('stale', 's1', 'worker-z');
   await ledger.enqueue({ name: 'solo', jobId: 'u1' });
 });
 
@@ -41,7 +42,8 @@ describe('keys()', () => {
   it('every key with limit, use, waits and lease state by the ledger clock', async () => {
     s.at(T0 + 6 * SEC);
     expect(await s.ledger.keys()).toEqual([
-      { key: 'busy', limit: 2, inUse: 2, parked: 2, scheduled: 1, oldestParkedAt: T0 + SEC, nextLeaseExpiry: T0 + 30 * SEC, leaseState: 'live', atLimit: true },
+      // b2 and b4 hold their slots unstarted: no expiry (issue 9: a backlog nobody has read costs nothing).
+      { key: 'busy', limit: 2, inUse: 2, parked: 2, scheduled: 1, oldestParkedAt: T0 + SEC, nextLeaseExpiry: null, leaseState: 'unstarted', atLimit: true },
       { key: 'idle', limit: 1, inUse: 0, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'none', atLimit: false },
       { key: 'stale', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: T0 + 7 * SEC, leaseState: 'live', atLimit: true },
     ]);
@@ -58,8 +60,8 @@ describe('keyDetail()', () => {
       limit: 2,
       leaseMs: 30 * SEC,
       holders: [
-        { jobId: 'b2', name: 'sync', leaseId: 'b2:2', how: 'acquired', acquiredAt: T0, expiresAt: T0 + 30 * SEC, workerId: null, startedAt: null, attempt: null, leaseState: 'expired' },
-        { jobId: 'b4', name: 'report', leaseId: 'b4:3', how: 'promoted', acquiredAt: T0 + 4 * SEC, expiresAt: T0 + 34 * SEC, workerId: null, startedAt: null, attempt: null, leaseState: 'live' },
+        { jobId: 'b2', name: 'sync', leaseId: 'b2:2', how: 'acquired', acquiredAt: T0, expiresAt: null, workerId: null, startedAt: null, attempt: null, leaseState: 'unstarted' },
+        { jobId: 'b4', name: 'report', leaseId: 'b4:3', how: 'promoted', acquiredAt: T0 + 4 * SEC, expiresAt: null, workerId: null, startedAt: null, attempt: null, leaseState: 'unstarted' },
       ],
       parked: [
         { jobId: 'b5', name: 'sync', priority: 3, parkedAt: T0 + 2 * SEC },
@@ -69,14 +71,12 @@ describe('keyDetail()', () => {
     });
   });
 
-  it('a started holder shows its worker, start and attempt', async () => {
-    const detail = await s.ledger.keyDetail('stale');
-    expect(detail?.holders).toEqual([
-      { jobId: 's1', name: 'sync', leaseId: 's1:1', how: 'acquired', acquiredAt: T0 + 5 * SEC, expiresAt: T0 + 7 * SEC, workerId: null, startedAt: null, attempt: null, leaseState: 'expired' },
-    ]);
+  it('a started holder shows its worker, start, attempt and lease, live then expired by the ledger clock', async () => {
+    const holder = { jobId: 's1', name: 'sync', leaseId: 's1:1', how: 'acquired', acquiredAt: T0 + 5 * SEC, expiresAt: T0 + 7 * SEC, workerId: 'worker-z', startedAt: T0 + 5 * SEC, attempt: 1 };
     s.at(T0 + 6 * SEC);
-    await s.start('stale', 's1', 'worker-z');
-    expect((await s.ledger.keyDetail('stale'))?.holders[0]).toMatchObject({ workerId: 'worker-z', startedAt: T0 + 6 * SEC, attempt: 1, expiresAt: T0 + 8 * SEC, leaseState: 'live' });
+    expect((await s.ledger.keyDetail('stale'))?.holders).toEqual([{ ...holder, leaseState: 'live' }]);
+    s.at(T0 + 7 * SEC);
+    expect((await s.ledger.keyDetail('stale'))?.holders).toEqual([{ ...holder, leaseState: 'expired' }]);
   });
 
   it('null for a key never seen; a bad key is a ValidationError naming key', async () => {
