@@ -109,6 +109,8 @@ export interface KeyWriterOptions {
   readonly cacheSize?: number;
   /** Commands per flush at most (a submission is never split; one larger than this is a flush of its own). */
   readonly maxFlushCommands?: number;
+  /** Flushes in flight at once, on disjoint streams (each on a connection of its own). */
+  readonly maxConcurrentFlushes?: number;
   /** Maps a decided event to its id in the store; a random one when it returns undefined. */
   readonly eventId?: (stream: string, event: KeyEvent) => string | undefined;
   /** Where load() starts from (writes save snapshots through the flush itself). */
@@ -120,6 +122,7 @@ export const KEY_WRITER_DEFAULTS = {
   maxAttempts: 50,
   cacheSize: 10_000,
   maxFlushCommands: 5_000,
+  maxConcurrentFlushes: 2,
 } as const;
 
 /** A submission could not be written after every attempt: its streams are too contended (or kept failing). */
@@ -236,11 +239,11 @@ class KeyStates {
     if (entry !== undefined) entry.shared = true;
   }
 
-  /** Drops the least recently used states past the cache size (between flushes only). */
-  trim(): void {
+  /** Drops the least recently used states past the cache size, but none a flush in flight decides on. */
+  trim(busy: ReadonlySet<string>): void {
     for (const stream of this.entries.keys()) {
       if (this.entries.size <= this.cacheSize) return;
-      this.entries.delete(stream);
+      if (!busy.has(stream)) this.entries.delete(stream);
     }
   }
 }
@@ -254,11 +257,14 @@ export class KeyWriter {
   private readonly clock: () => number;
   private readonly random: () => number;
   private readonly log: Logger;
-  private readonly options: Required<Pick<KeyWriterOptions, 'snapshotEvery' | 'maxAttempts' | 'maxFlushCommands'>> & KeyWriterOptions;
+  private readonly options: Required<Pick<KeyWriterOptions, 'snapshotEvery' | 'maxAttempts' | 'maxFlushCommands' | 'maxConcurrentFlushes'>> & KeyWriterOptions;
   private readonly states: KeyStates;
   private submissions: Submission[] = [];
   private reads: Read[] = [];
-  private running: Promise<void> | undefined;
+  /** Flushes in flight, each on streams no other one touches. */
+  private readonly inFlight = new Set<Promise<void>>();
+  /** Streams a flush in flight decides on: no other flush may touch their states meanwhile. */
+  private readonly busy = new Set<string>();
   private scheduled = false;
 
   constructor(
@@ -309,46 +315,65 @@ export class KeyWriter {
 
   /** Resolves once everything submitted so far is written (or has failed). */
   async drain(): Promise<void> {
-    while (this.running || this.scheduled) await (this.running ?? new Promise((r) => setImmediate(r)));
+    while (this.inFlight.size > 0 || this.scheduled) await (this.inFlight.size > 0 ? Promise.all(this.inFlight) : new Promise((r) => setImmediate(r)));
   }
 
-  // Flushes start on the next turn of the event loop, so every command submitted in the same
-  // turn (a worker's handlers that all finished at once) goes into one transaction.
+  // Flushes start on the next turn of the event loop, so every command submitted in the same turn
+  // (a worker's handlers that all finished at once) goes into one transaction; and after a flush
+  // ends, on the turn after, so what its results woke (handlers, their completions) goes into the
+  // next. Up to maxConcurrentFlushes run at once on disjoint streams: a command arriving during a
+  // flush waits for it only if it names one of its streams.
   private schedule(): void {
-    if (this.running || this.scheduled) return;
+    if (this.scheduled || this.inFlight.size >= this.options.maxConcurrentFlushes) return;
     this.scheduled = true;
     setImmediate(() => {
       this.scheduled = false;
-      this.running = this.loop().finally(() => {
-        this.running = undefined;
-        if (this.submissions.length > 0 || this.reads.length > 0) this.schedule();
-      });
+      while (this.inFlight.size < this.options.maxConcurrentFlushes) {
+        const next = this.take();
+        if (next === undefined) return;
+        const streams = new Set(next.batch.flatMap((s) => s.items.map((i) => i.stream)));
+        for (const stream of streams) this.busy.add(stream);
+        const flight: Promise<void> = this.flush(next.batch, next.reads, streams).finally(() => {
+          for (const stream of streams) this.busy.delete(stream);
+          this.inFlight.delete(flight);
+          this.states.trim(this.busy);
+          this.schedule();
+        });
+        this.inFlight.add(flight);
+      }
     });
   }
 
-  private async loop(): Promise<void> {
-    while (this.submissions.length > 0 || this.reads.length > 0) {
-      const reads = this.reads.splice(0);
-      const batch: Submission[] = [];
-      let commands = 0;
-      while (this.submissions.length > 0 && (batch.length === 0 || commands + this.submissions[0]!.items.length <= this.options.maxFlushCommands)) {
-        const s = this.submissions.shift()!;
-        batch.push(s);
-        commands += s.items.length;
+  /**
+   * What the next flush takes: every read, and the submissions in order that touch no stream of
+   * a flush in flight (nor of a submission passed over, which would otherwise be overtaken).
+   */
+  private take(): { batch: Submission[]; reads: Read[] } | undefined {
+    const reads = this.reads.splice(0);
+    const batch: Submission[] = [];
+    const waiting: Submission[] = [];
+    const blocked = new Set(this.busy);
+    let commands = 0;
+    for (const s of this.submissions) {
+      const full = batch.length > 0 && commands + s.items.length > this.options.maxFlushCommands;
+      if (full || s.items.some((i) => blocked.has(i.stream))) {
+        waiting.push(s);
+        for (const i of s.items) blocked.add(i.stream);
+        continue;
       }
-      await this.flush(batch, reads);
-      this.states.trim();
-      // Let what the results woke (handlers, their completions) submit before the next flush.
-      await new Promise((resolve) => setImmediate(resolve));
+      batch.push(s);
+      commands += s.items.length;
     }
+    this.submissions = waiting;
+    return batch.length === 0 && reads.length === 0 ? undefined : { batch, reads };
   }
 
   /** One flush, retried while transient; a failure of anything else is pinned on the submission that caused it. */
-  private async flush(batch: Submission[], reads: Read[]): Promise<void> {
+  private async flush(batch: Submission[], reads: Read[], streams: Set<string>): Promise<void> {
     let optimistic = true;
     for (;;) {
       try {
-        const postponed = await this.attempt(batch, reads, optimistic);
+        const postponed = await this.attempt(batch, reads, optimistic, streams);
         this.requeue(postponed);
         return;
       } catch (error) {
@@ -375,8 +400,8 @@ export class KeyWriter {
         if (batch.length + reads.length > 1) {
           // Something in the flush is broken for good (bad data, a bug): each part alone finds which.
           this.log.warn({ err: error, submissions: batch.length, reads: reads.length }, 'flush failed; writing its parts one by one');
-          for (const s of batch) await this.flush([s], []);
-          for (const r of reads) await this.flush([], [r]);
+          for (const s of batch) await this.flush([s], [], streams);
+          for (const r of reads) await this.flush([], [r], streams);
           return;
         }
         for (const s of batch) s.reject(error);
@@ -401,14 +426,21 @@ export class KeyWriter {
   }
 
   /** One transaction. Resolves the submissions it wrote; returns those it had to postpone. */
-  private async attempt(batch: readonly Submission[], reads: readonly Read[], optimistic: boolean): Promise<Submission[]> {
+  private async attempt(batch: readonly Submission[], reads: readonly Read[], optimistic: boolean, mine: Set<string>): Promise<Submission[]> {
     const tx = await this.store.begin();
     const scratches = new Map<string, Scratch>();
     try {
-      const { items: readItems, counts, malformed } = await this.readMessages(tx, reads);
+      const { items: read, counts, malformed } = await this.readMessages(tx, reads);
+      // A message of a stream another flush in flight decides on waits for a later flush (released).
+      const elsewhere = read.filter((i) => this.busy.has(i.stream) && !mine.has(i.stream));
+      const readItems = read.filter((i) => !elsewhere.includes(i));
+      for (const i of readItems) {
+        mine.add(i.stream);
+        this.busy.add(i.stream);
+      }
       const items = [...batch.flatMap((s) => s.items), ...readItems];
       if (items.length === 0) {
-        await tx.commit({ appends: [], archive: malformed });
+        await tx.commit({ appends: [], archive: malformed, release: elsewhere.map((i) => i.msgId) });
         for (const r of reads) r.resolve({ read: counts.get(r) ?? 0, started: [] });
         return [];
       }
@@ -438,7 +470,7 @@ export class KeyWriter {
       const postponed = batch.filter((s) => waits(s.items));
       const failed = batch.filter((s) => !waits(s.items) && fails(s.items) !== undefined);
       const going = batch.filter((s) => !postponed.includes(s) && !failed.includes(s));
-      const release = readItems.filter((i) => waits([i]) || broken.has(i.stream)).map((i) => i.msgId);
+      const release = [...elsewhere, ...readItems.filter((i) => waits([i]) || broken.has(i.stream))].map((i) => i.msgId);
       const readGoing = readItems.filter((i) => !waits([i]) && !broken.has(i.stream));
 
       const now = this.clock();

@@ -1,17 +1,24 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import { expect } from 'vitest';
 import type { Ledger } from '../../src/adapters/ledger.js';
-import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
+import { EVENT_COLUMNS, PostgresEventStore, toRecordedEvent, type EventRow } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
 import { decodeRecorded } from '../../src/domain/recorded.js';
 import type { Command } from '../../src/domain/commands.js';
-import { evolve, fold, holders, initialKeyState, jobsIn, parkedInOrder, type KeyState } from '../../src/domain/key-state.js';
+import type { KeyEvent } from '../../src/domain/events.js';
+import { apply, draftOf, fold, holders, initialKeyState, jobsIn, parkedInOrder, type Draft, type KeyState } from '../../src/domain/key-state.js';
 import type { RecordedEvent } from '../../src/domain/ports/event-store.js';
 import { keyStream } from '../../src/domain/streams.js';
+import { statement, type Projection } from '../../src/projections/projection.js';
+import { READ_MODELS } from '../../src/projections/read-models.js';
+
+type Db = Pick<pg.ClientBase, 'query'>;
 
 /** What the read models and the folded state must agree on, for one stream. */
 export interface KeyView {
   readonly limit: number | null;
-  readonly holders: readonly { jobId: string; leaseId: string; acquiredAt: number; expiresAt: number; workerId: string | null }[];
+  /** expiresAt: null for an admission no worker has started (it never expires). */
+  readonly holders: readonly { jobId: string; leaseId: string; acquiredAt: number; expiresAt: number | null; workerId: string | null }[];
   /** In promotion order. */
   readonly parked: readonly string[];
   readonly scheduled: readonly { jobId: string; runAt: number }[];
@@ -42,18 +49,19 @@ export const foldedView = async (pool: pg.Pool, stream: string): Promise<KeyView
 
 const t = (d: Date | null): number | null => (d === null ? null : d.getTime());
 
-export const readModelView = async (db: pg.Pool | pg.PoolClient, stream: string): Promise<KeyView> => {
+/** The read models of one stream, as a KeyView. Scheduled jobs are those with run_at set (what jl_jobs_due and jl_jobs_scheduled index). */
+export const readModelView = async (db: Db, stream: string): Promise<KeyView> => {
   const keys = await db.query(`SELECT concurrency_limit FROM jl_keys WHERE stream = $1`, [stream]);
   const slots = await db.query(`SELECT job_id, lease_id, acquired_at, expires_at, worker_id FROM jl_slots WHERE stream = $1 ORDER BY job_id COLLATE "C"`, [stream]);
   const parked = await db.query(`SELECT job_id FROM jl_parked WHERE stream = $1 ORDER BY priority, seq`, [stream]);
-  const scheduled = await db.query(`SELECT job_id, run_at FROM jl_jobs WHERE stream = $1 AND status = 'scheduled' ORDER BY job_id COLLATE "C"`, [stream]);
+  const scheduled = await db.query(`SELECT job_id, run_at FROM jl_jobs WHERE stream = $1 AND run_at IS NOT NULL ORDER BY job_id COLLATE "C"`, [stream]);
   const active = await db.query(
     `SELECT job_id, status, attempts FROM jl_jobs WHERE stream = $1 AND status IN ('pending', 'scheduled', 'parked', 'holding', 'running')`,
     [stream],
   );
   return {
     limit: keys.rows[0]?.concurrency_limit ?? null,
-    holders: slots.rows.map((r) => ({ jobId: r.job_id, leaseId: r.lease_id, acquiredAt: t(r.acquired_at)!, expiresAt: t(r.expires_at)!, workerId: r.worker_id })),
+    holders: slots.rows.map((r) => ({ jobId: r.job_id, leaseId: r.lease_id, acquiredAt: t(r.acquired_at)!, expiresAt: t(r.expires_at), workerId: r.worker_id })),
     parked: parked.rows.map((r) => r.job_id),
     scheduled: scheduled.rows.map((r) => ({ jobId: r.job_id, runAt: t(r.run_at)! })),
     jobs: Object.fromEntries(active.rows.map((r) => [r.job_id, { status: r.status, attempts: r.attempts }])),
@@ -61,7 +69,7 @@ export const readModelView = async (db: pg.Pool | pg.PoolClient, stream: string)
 };
 
 /** Every stream of the ledger's keys and jobs. */
-export const ledgerStreams = async (pool: pg.Pool): Promise<string[]> =>
+export const ledgerStreams = async (pool: Db): Promise<string[]> =>
   (await pool.query<{ stream: string }>(`SELECT stream FROM streams WHERE stream LIKE 'key:%' OR stream LIKE 'job:%' ORDER BY stream`)).rows.map((r) => r.stream);
 
 export const expectReadModelsMatchFold = async (pool: pg.Pool, streams?: readonly string[]): Promise<void> => {
@@ -70,59 +78,195 @@ export const expectReadModelsMatchFold = async (pool: pg.Pool, streams?: readonl
   }
 };
 
+/** The read-model tables and their primary keys, in write order. */
+export const READ_MODEL_KEYS = [
+  ['jl_keys', 'stream'],
+  ['jl_jobs', 'job_id'],
+  ['jl_slots', 'job_id'],
+  ['jl_parked', 'job_id'],
+] as const;
+
+/** Every row of the read models (and jl_key_stats), in primary-key order. */
+export const readModelRows = async (db: Db): Promise<Record<string, unknown[]>> => {
+  const out: Record<string, unknown[]> = {};
+  for (const [table, pk] of [...READ_MODEL_KEYS, ['jl_key_stats', 'stream']]) {
+    out[table] = (await db.query(`SELECT * FROM ${table} ORDER BY ${pk} COLLATE "C"`)).rows;
+  }
+  return out;
+};
+
+/** Every event of the ledger's streams, in global order. */
+export const ledgerEvents = async (db: Db): Promise<RecordedEvent[]> =>
+  (
+    await db.query<EventRow>(
+      `SELECT ${EVENT_COLUMNS} FROM events WHERE stream LIKE 'key:%' OR stream LIKE 'job:%' ORDER BY transaction_id, global_position`,
+    )
+  ).rows.map(toRecordedEvent);
+
+// ---------------------------------------------------------------------------------------------
+// The dispatcher's messages
+
 /**
- * The messages the dispatcher must have sent: one per admission (SlotAcquired, JobPromoted) of
- * every stream, with the job's name, args and attempt (starts so far + 1) as folded at that point.
+ * One batch the dispatcher applied (async mode), as recordDispatchBatches saw it in the batch's
+ * transaction: the writing transaction of its last event, and the read models' checkpoint then.
  */
-export const expectedMessages = async (pool: pg.Pool): Promise<Map<string, unknown>> => {
-  const expected = new Map<string, unknown>();
-  for (const stream of await ledgerStreams(pool)) {
-    let state = initialKeyState;
-    const jobs = new Map<string, { name: string; args: unknown; queue: string }>();
-    const recordedEvents = await eventsOf(pool, stream);
-    // A direct handoff starts an admission in the append that made it: that one gets no message.
-    const startedInAppend = new Set(
-      recordedEvents.flatMap((r) => {
-        const e = decodeRecorded(r);
-        return e.type === 'JobStarted' ? [`${r.position.commit}/${e.data.leaseId}`] : [];
-      }),
-    );
-    for (const recorded of recordedEvents) {
-      const e = decodeRecorded(recorded);
-      state = evolve(state, e);
-      if (e.type === 'JobEnqueued') jobs.set(e.data.jobId, { name: e.data.name, args: e.data.args, queue: e.data.queue });
-      if ((e.type === 'SlotAcquired' || e.type === 'JobPromoted') && !startedInAppend.has(`${recorded.position.commit}/${e.data.leaseId}`)) {
-        const job = jobs.get(e.data.jobId)!;
-        expect(expected.has(e.data.leaseId)).toBe(false);
-        expected.set(e.data.leaseId, {
-          queue: job.queue,
-          message: {
-            jobId: e.data.jobId,
-            key: stream.startsWith('key:') ? stream.slice(4) : null,
-            leaseId: e.data.leaseId,
-            name: job.name,
-            args: job.args,
-            attempt: state.jobs[e.data.jobId]!.attempts + 1,
-          },
-        });
-      }
+export interface DispatchBatch {
+  readonly first: bigint;
+  readonly last: bigint;
+  readonly readModels: bigint | null;
+}
+
+export const DISPATCH_BATCHES_TABLE = `CREATE TABLE IF NOT EXISTS test_dispatch_batches (n bigserial PRIMARY KEY, first numeric NOT NULL, last numeric NOT NULL, read_models numeric)`;
+
+/**
+ * The projection (the dispatcher) with one more statement per batch, in the batch's transaction:
+ * the batch's first and last transaction and the checkpoint of `followed` at the end of it, in
+ * test_dispatch_batches (create it with DISPATCH_BATCHES_TABLE). A batch that rolls back leaves
+ * no row.
+ */
+export const recordDispatchBatches = (projection: Projection, followed = READ_MODELS): Projection => ({
+  ...projection,
+  project: (events) => [
+    ...projection.project(events),
+    statement(
+      `INSERT INTO test_dispatch_batches (first, last, read_models) SELECT $1::numeric, $2::numeric, (SELECT commit FROM projection_checkpoints WHERE projection = $3)`,
+      events[0]!.commit.toString(),
+      events.at(-1)!.commit.toString(),
+      followed,
+    ),
+  ],
+});
+
+export const dispatchBatches = async (db: Db): Promise<DispatchBatch[]> =>
+  (await db.query<{ first: string; last: string; read_models: string | null }>(`SELECT first::text, last::text, read_models::text FROM test_dispatch_batches ORDER BY n`)).rows.map(
+    (r) => ({ first: BigInt(r.first), last: BigInt(r.last), readModels: r.read_models === null ? null : BigInt(r.read_models) }),
+  );
+
+interface ExpectedMessage {
+  readonly queue: string;
+  readonly message: { jobId: string; key: string | null; leaseId: string; name: string; args: unknown; attempt: number | number[]; leaseMs: number };
+  readonly archived: boolean;
+}
+
+/**
+ * The messages the dispatcher must have sent, by lease: one per admission (SlotAcquired,
+ * JobPromoted) of every stream, except
+ * - a direct handoff: the lease's JobStarted is in the admission's transaction (same position.commit);
+ * - an admission whose SlotReleased is in the same batch (inline: the same transaction).
+ * The message is the job as jl_jobs has it when the batch is applied: inline, at the end of the
+ * admission's transaction; async (`batches`), somewhere between the end of the batch and the
+ * read models' checkpoint in the batch's transaction, so `attempt` may be any value the job's
+ * attempts took in that range (a list then). A message is archived when a SlotReleased names it
+ * (msgId) and queued otherwise. In async mode an admission no recorded batch covers has no message yet.
+ */
+export const expectedMessages = async (db: Db, options: { readonly batches?: readonly DispatchBatch[] } = {}): Promise<Map<string, ExpectedMessage>> => {
+  const events = (await ledgerEvents(db)).map((r) => ({ r, e: decodeRecorded(r) }));
+  const { batches } = options;
+  const batchOf = (commit: bigint): { end: bigint; readModels: bigint } | undefined => {
+    if (batches === undefined) return { end: commit, readModels: commit };
+    const b = batches.find((x) => x.first <= commit && commit <= x.last);
+    return b === undefined ? undefined : { end: b.last, readModels: b.readModels ?? b.last };
+  };
+  // Each job's attempts after every transaction that touched it, by the domain's own fold.
+  const states = new Map<string, Draft>();
+  const attempts = new Map<string, { commit: bigint; attempts: number }[]>();
+  const enqueued = new Map<string, { name: string; args: unknown; queue: string; leaseMs: number }>();
+  const startedIn = new Set<string>();
+  const released = new Map<string, { commit: bigint; msgId: string | undefined }>();
+  for (const { r, e } of events) {
+    let state = states.get(r.stream);
+    if (state === undefined) states.set(r.stream, (state = draftOf(initialKeyState)));
+    apply(state, e);
+    if (e.type === 'KeyLimitSet') continue;
+    const { jobId } = e.data;
+    if (e.type === 'JobEnqueued') enqueued.set(jobId, { name: e.data.name, args: e.data.args ?? null, queue: e.data.queue, leaseMs: e.data.leaseMs });
+    if (e.type === 'JobStarted') startedIn.add(`${r.position.commit}/${e.data.leaseId}`);
+    if (e.type === 'SlotReleased') released.set(e.data.leaseId, { commit: r.position.commit, msgId: e.data.msgId });
+    const now = state.jobs[jobId]?.attempts;
+    if (now !== undefined) {
+      const timeline = attempts.get(jobId) ?? [];
+      if (timeline.at(-1)?.commit === r.position.commit) timeline.pop();
+      timeline.push({ commit: r.position.commit, attempts: now });
+      attempts.set(jobId, timeline);
     }
+  }
+  const attemptsBetween = (jobId: string, from: bigint, to: bigint): number[] => {
+    const timeline = attempts.get(jobId) ?? [];
+    const values = new Set<number>();
+    const atFrom = timeline.filter((x) => x.commit <= from).at(-1);
+    if (atFrom) values.add(atFrom.attempts);
+    for (const x of timeline) if (x.commit > from && x.commit <= to) values.add(x.attempts);
+    return [...values];
+  };
+  const expected = new Map<string, ExpectedMessage>();
+  for (const { r, e } of events) {
+    if (e.type !== 'SlotAcquired' && e.type !== 'JobPromoted') continue;
+    const { jobId, leaseId } = e.data;
+    const commit = r.position.commit;
+    const batch = batchOf(commit);
+    if (batch === undefined || startedIn.has(`${commit}/${leaseId}`)) continue;
+    const release = released.get(leaseId);
+    if (release !== undefined && release.commit <= batch.end) continue;
+    const job = enqueued.get(jobId)!;
+    const between = attemptsBetween(jobId, batch.end, batch.readModels).map((a) => a + 1);
+    expect(expected.has(leaseId), `lease ${leaseId} admitted twice`).toBe(false);
+    expected.set(leaseId, {
+      queue: job.queue,
+      message: { jobId, key: r.stream.startsWith('key:') ? r.stream.slice(4) : null, leaseId, name: job.name, args: job.args, attempt: between.length === 1 ? between[0]! : between, leaseMs: job.leaseMs },
+      archived: release?.msgId !== undefined && batchOf(release.commit) !== undefined,
+    });
   }
   return expected;
 };
 
-export const sentMessages = async (pool: pg.Pool): Promise<{ queue: string; message: { leaseId: string } }[]> =>
-  (await pool.query(`SELECT queue, message FROM queue_messages ORDER BY msg_id`)).rows;
+export interface SentMessage {
+  readonly msgId: string;
+  readonly queue: string;
+  readonly message: { leaseId: string; attempt: number } & Record<string, unknown>;
+  readonly archived: boolean;
+}
 
-/** Exactly one message per admission, each lease once, with the right content. */
-export const expectOneMessagePerAdmission = async (pool: pg.Pool): Promise<number> => {
-  const expected = await expectedMessages(pool);
-  const sent = await sentMessages(pool);
+/** Every dispatch message, queued or archived, in send order. */
+export const sentMessages = async (db: Db): Promise<SentMessage[]> =>
+  (
+    await db.query(
+      `SELECT msg_id::text AS "msgId", queue, message, false AS archived FROM queue_messages WHERE message ? 'leaseId'
+       UNION ALL SELECT msg_id::text, queue, message, true FROM queue_archive WHERE message ? 'leaseId'
+       ORDER BY 1`,
+    )
+  ).rows.sort((a, b) => Number(BigInt(a.msgId) - BigInt(b.msgId)));
+
+/**
+ * Exactly one message per admission that must have one (expectedMessages), each lease once,
+ * with the right content, archived exactly when its SlotReleased named it. Returns how many.
+ */
+export const expectOneMessagePerAdmission = async (db: Db, options: { readonly batches?: readonly DispatchBatch[] } = {}): Promise<number> => {
+  const expected = await expectedMessages(db, options);
+  const sent = await sentMessages(db);
   const leases = sent.map((m) => m.message.leaseId);
-  expect(new Set(leases).size).toBe(leases.length);
-  expect(new Map(sent.map((m) => [m.message.leaseId, m]))).toEqual(expected);
+  expect(new Set(leases).size, 'a lease got two messages').toBe(leases.length);
+  const byLease = new Map(sent.map((m) => [m.message.leaseId, m]));
+  // A SlotReleased names the message of its own lease.
+  for (const { e } of (await ledgerEvents(db)).map((r) => ({ e: decodeRecorded(r) }))) {
+    if ((e.type === 'SlotReleased' || e.type === 'JobStarted' || e.type === 'LeaseRenewed') && e.data.msgId !== undefined) {
+      expect(byLease.get(e.data.leaseId)?.msgId, `${e.type} of ${e.data.leaseId} names message ${e.data.msgId}`).toBe(e.data.msgId);
+    }
+  }
+  const actual = new Map(sent.map((m) => [m.message.leaseId, { queue: m.queue, message: m.message, archived: m.archived }]));
+  // Where the attempt may be one of several values, take the one sent if it is among them.
+  const wanted = new Map(
+    [...expected].map(([lease, x]) => {
+      const got = actual.get(lease)?.message.attempt;
+      const attempt = Array.isArray(x.message.attempt) && got !== undefined && x.message.attempt.includes(got) ? got : x.message.attempt;
+      return [lease, { ...x, message: { ...x.message, attempt } }];
+    }),
+  );
+  expect(actual).toEqual(wanted);
   return sent.length;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Random ledgers
 
 /** A seeded PRNG (mulberry32), so a failing random run can be replayed. */
 export const prng = (seed: number) => {
@@ -147,15 +291,22 @@ export const manualClock = (start = Date.UTC(2030, 0, 1)) => {
  * `steps` random commands over `keys` (and some jobs without a key) through the real ledger:
  * enqueues (with priorities, delays, limits), starts, renewals, completions, failures, yields,
  * cancels, discards, limit changes, revocations, lease expiry and due admissions, with the clock
- * moving on. Refused commands (stale leases...) are part of the run.
+ * moving on. Refused commands (stale leases...) are part of the run. With `pool`, most starts
+ * name the lease's dispatch message when it is in the queue (as a worker's read does), so its
+ * renewals and release move and archive it.
  */
 export const randomRun = async (
   ledger: Ledger,
   clock: ReturnType<typeof manualClock>,
-  options: { readonly seed: number; readonly steps: number; readonly keys: readonly string[]; readonly prefix: string },
+  options: { readonly seed: number; readonly steps: number; readonly keys: readonly string[]; readonly prefix: string; readonly pool?: pg.Pool },
 ): Promise<void> => {
   const r = prng(options.seed);
   let n = 0;
+  const messageOf = async (leaseId: string): Promise<{ msgId: string } | Record<string, never>> => {
+    if (options.pool === undefined || r.next() < 0.3) return {};
+    const { rows } = await options.pool.query<{ id: string }>(`SELECT msg_id::text AS id FROM queue_messages WHERE message->>'leaseId' = $1`, [leaseId]);
+    return rows[0] === undefined ? {} : { msgId: rows[0].id };
+  };
   for (let step = 0; step < options.steps; step++) {
     const roll = r.next();
     if (roll < 0.05) {
@@ -186,7 +337,7 @@ export const randomRun = async (
       await ledger.enqueueMany(jobs);
     } else if (roll < 0.55) {
       const job = r.pick(held.filter((j) => j.lease!.workerId === null)) ?? r.pick(held);
-      if (job) await run({ type: 'Start', jobId: job.jobId, leaseId: job.lease!.leaseId, workerId: `w${r.int(3)}` });
+      if (job) await run({ type: 'Start', jobId: job.jobId, leaseId: job.lease!.leaseId, workerId: `w${r.int(3)}`, ...(await messageOf(job.lease!.leaseId)) });
     } else if (roll < 0.68) {
       const job = r.pick(held);
       if (job) await run({ type: 'Complete', jobId: job.jobId, leaseId: job.lease!.leaseId, ...handOff() });
@@ -220,3 +371,19 @@ export const randomRun = async (
     clock.advance(r.int(500));
   }
 };
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers
+
+export const waitFor = async (what: string, check: () => Promise<boolean> | boolean, timeoutMs = 20_000): Promise<void> => {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+};
+
+export const count = async (db: Db, sql: string, values: unknown[] = []): Promise<number> => Number((await db.query(sql, values)).rows[0].n);
+
+/** Key events by type, for the event types a test must have seen. */
+export const typesOf = (events: readonly KeyEvent[]): string[] => [...new Set(events.map((e) => e.type))].sort();
