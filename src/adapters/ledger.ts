@@ -12,7 +12,7 @@ import { READ_MODELS, createReadModelProjections } from '../projections/read-mod
 import { AsyncProjectionRunner } from '../projections/runner.js';
 import { PostgresEventStore } from './eventstore/postgres/postgres-event-store.js';
 import { createLogger } from './logging/logger.js';
-import { NotificationListener } from './postgres/listener.js';
+import { Notifications } from './postgres/listener.js';
 import { migrate } from './postgres/migrations.js';
 import { PostgresSnapshotStore } from './postgres/postgres-snapshot-store.js';
 import { projectionMode, type ProjectionMode } from './postgres/projection-mode.js';
@@ -54,6 +54,7 @@ export interface LedgerOptions {
 }
 
 interface LedgerParts {
+  readonly notifications: Notifications;
   readonly store: PostgresEventStore;
   readonly queue: PgQueue;
   readonly writer: KeyWriter;
@@ -76,6 +77,7 @@ export class Ledger {
   readonly queue: PgQueue;
   readonly projectionMode: ProjectionMode;
   private readonly writer: KeyWriter;
+  private readonly notifications: Notifications;
   private readonly pool: pg.Pool;
   private readonly ownsPool: boolean;
   private readonly clock: () => number;
@@ -86,7 +88,7 @@ export class Ledger {
   private readonly runners: AsyncProjectionRunner[];
 
   private constructor(parts: LedgerParts) {
-    ({ store: this.store, queue: this.queue, writer: this.writer, pool: this.pool, ownsPool: this.ownsPool, clock: this.clock, random: this.random, log: this.log } = parts);
+    ({ notifications: this.notifications, store: this.store, queue: this.queue, writer: this.writer, pool: this.pool, ownsPool: this.ownsPool, clock: this.clock, random: this.random, log: this.log } = parts);
     this.projectionMode = parts.mode;
     this.sweeper = new Sweeper(this.writer, this.pool, this.log.child({ component: 'sweeper' }), {
       clock: this.clock,
@@ -113,7 +115,9 @@ export class Ledger {
       if (options.migrate !== false) await migrate(pool);
       const mode = await projectionMode(pool, options.inlineProjections === undefined ? undefined : options.inlineProjections ? 'inline' : 'async');
       const inline = mode === 'inline' ? [createReadModelProjections(), createDispatcher(dispatchQueue)] : [];
-      const store = new PostgresEventStore(pool, { inline, notifyFlushes: mode === 'async' });
+      // One LISTEN connection for the whole process: queue wake-ups, lost leases, subscriptions.
+      const notifications = new Notifications(pool.options);
+      const store = new PostgresEventStore(pool, { inline, notifyFlushes: mode === 'async', notifications });
       const clock = options.clock ?? Date.now;
       const random = options.random ?? Math.random;
       const log = options.logger ?? createLogger();
@@ -125,7 +129,7 @@ export class Ledger {
         snapshotEvery: options.snapshotEvery ?? 1_000,
         eventId: keyEventId,
       });
-      return new Ledger({ store, queue: new PgQueue(pool), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, sweepIntervalMs: options.sweepIntervalMs });
+      return new Ledger({ notifications, store, queue: new PgQueue(pool, notifications), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, sweepIntervalMs: options.sweepIntervalMs });
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;
@@ -181,11 +185,9 @@ export class Ledger {
 
   /** Lease ids taken from their holders, as the dispatcher announces them (LEASE_LOST_CHANNEL). */
   watchLostLeases(lost: (leaseId: string) => void): { stop(): Promise<void> } {
-    const listener = new NotificationListener(this.pool.options, LEASE_LOST_CHANNEL, (leaseId) => {
+    return this.notifications.listen(LEASE_LOST_CHANNEL, (leaseId) => {
       if (leaseId) lost(leaseId);
     });
-    listener.start();
-    return { stop: () => listener.close() };
   }
 
   /** Every concurrency key: limit, slots in use, parked and scheduled jobs, oldest wait, lease state (read models). */

@@ -1,168 +1,506 @@
 import { describe, expect, it } from 'vitest';
+import { dispatchQueue } from '../../src/adapters/queue/pg-queue.js';
 import { mk, type EventOf, type KeyEvent, type KeyEventType } from '../../src/domain/events.js';
-import { LEASE_LOST_CHANNEL, createDispatcher, projectDispatch } from '../../src/projections/dispatcher.js';
-import { isLedgerStream, keyOfStream, type ProjectedEvent, type Statement } from '../../src/projections/projection.js';
-import { createReadModelProjections, projectReadModels } from '../../src/projections/read-models.js';
+import type { RecordedEvent } from '../../src/domain/ports/event-store.js';
+import {
+  ADMISSION_MESSAGES_SQL,
+  HANDED_OFF_SQL,
+  LEASE_LOST_CHANNEL,
+  LEASE_LOST_SQL,
+  createDispatcher,
+  projectDispatch,
+  type DispatchQueue,
+} from '../../src/projections/dispatcher.js';
+import { isLedgerStream, keyOfStream, statement, type ProjectedEvent, type Projection, type Statement } from '../../src/projections/projection.js';
+import {
+  DELETE_PARKED_SQL,
+  DELETE_SLOTS_SQL,
+  INSERT_JOBS_SQL,
+  INSERT_SLOTS_SQL,
+  READ_MODEL_TABLES,
+  UPDATE_JOBS_SQL,
+  UPDATE_SLOTS_SQL,
+  UPSERT_KEYS_SQL,
+  UPSERT_PARKED_SQL,
+  createReadModelProjections,
+  projectReadModels,
+} from '../../src/projections/read-models.js';
+import { NotRebuildableError, rebuildSpec } from '../../src/projections/rebuild.js';
+import { projectAll, toProjected } from '../../src/projections/runner.js';
+
+// The batch mappings, without a database: what each projection asks for a batch of events. The
+// rows these statements write are held to the fold by inline/rebuild/batching.int.test.ts.
 
 const at = Date.UTC(2030, 0, 1);
+const S = 1_000;
 
-/** One event of every type, as the decider would emit them for job j1 on key k. */
+/** One event of every type, as the decider emits them for job j1 (lease j1:1) on key k. */
 const samples: { [T in KeyEventType]: EventOf<T> } = {
   KeyLimitSet: mk('KeyLimitSet', { limit: 2, leaseMs: 30_000, by: null, at }),
   JobEnqueued: mk('JobEnqueued', { jobId: 'j1', name: 'email', args: { to: ['a'] }, queue: 'mail', priority: -1, maxAttempts: 3, leaseMs: 10_000, runAt: null, at }),
-  SlotAcquired: mk('SlotAcquired', { jobId: 'j1', leaseId: 'j1:1', expiresAt: at + 10_000, at }),
+  SlotAcquired: mk('SlotAcquired', { jobId: 'j1', leaseId: 'j1:1', expiresAt: null, at }),
   JobParked: mk('JobParked', { jobId: 'j1', at }),
-  JobPromoted: mk('JobPromoted', { jobId: 'j1', leaseId: 'j1:2', expiresAt: at + 10_000, waitedMs: 5, at }),
-  JobScheduled: mk('JobScheduled', { jobId: 'j1', runAt: at + 60_000, at }),
-  JobStarted: mk('JobStarted', { jobId: 'j1', leaseId: 'j1:1', workerId: 'w1', attempt: 1, expiresAt: at + 10_000, at }),
-  LeaseRenewed: mk('LeaseRenewed', { jobId: 'j1', leaseId: 'j1:1', expiresAt: at + 20_000, at }),
+  JobPromoted: mk('JobPromoted', { jobId: 'j1', leaseId: 'j1:1', expiresAt: null, waitedMs: 5, at }),
+  JobScheduled: mk('JobScheduled', { jobId: 'j1', runAt: at + 60 * S, at }),
+  JobStarted: mk('JobStarted', { jobId: 'j1', leaseId: 'j1:1', workerId: 'w1', attempt: 1, expiresAt: at + 10 * S, msgId: '41', at }),
+  LeaseRenewed: mk('LeaseRenewed', { jobId: 'j1', leaseId: 'j1:1', expiresAt: at + 20 * S, msgId: '41', at }),
   JobCompleted: mk('JobCompleted', { jobId: 'j1', leaseId: 'j1:1', at }),
-  JobFailed: mk('JobFailed', { jobId: 'j1', leaseId: 'j1:1', attempt: 1, error: 'boom', retryAt: at + 1_000, at }),
+  JobFailed: mk('JobFailed', { jobId: 'j1', leaseId: 'j1:1', attempt: 1, error: 'boom', retryAt: at + S, at }),
   JobDead: mk('JobDead', { jobId: 'j1', reason: 'no attempt left', at }),
   LeaseExpired: mk('LeaseExpired', { jobId: 'j1', leaseId: 'j1:1', expiresAt: at, at }),
   LeaseRevoked: mk('LeaseRevoked', { jobId: 'j1', leaseId: 'j1:1', by: 'ops', at }),
-  SlotReleased: mk('SlotReleased', { jobId: 'j1', leaseId: 'j1:1', reason: 'completed', at }),
-  JobYielded: mk('JobYielded', { jobId: 'j1', leaseId: 'j1:1', at }),
+  SlotReleased: mk('SlotReleased', { jobId: 'j1', leaseId: 'j1:1', reason: 'completed', msgId: '41', at }),
+  JobYielded: mk('JobYielded', { jobId: 'j1', leaseId: 'j1:1', attempts: 0, at }),
   JobCancelled: mk('JobCancelled', { jobId: 'j1', by: 'ops', at }),
   ParkedDiscarded: mk('ParkedDiscarded', { jobId: 'j1', by: 'ops', at }),
 };
+const TYPES = Object.keys(samples) as KeyEventType[];
 
-const on = (event: KeyEvent, stream = 'key:k', revision = 7): ProjectedEvent => ({
-  event,
-  stream,
-  revision,
-  position: { commit: 10n, prepare: 20n },
-  key: keyOfStream(stream),
-});
+/** A batch builder: events on one stream, each `tx(...)` one transaction (its own commit), revisions counting from `from`. */
+const batchOn = (stream = 'key:k', from = 0, firstCommit = 100n) => {
+  const events: ProjectedEvent[] = [];
+  let revision = from;
+  let commit = firstCommit;
+  const b = {
+    tx: (...es: KeyEvent[]) => {
+      for (const event of es) events.push({ event, stream, revision: revision++, key: keyOfStream(stream), commit });
+      commit += 1n;
+      return b;
+    },
+    events,
+  };
+  return b;
+};
 
-/** The $n a statement refers to are exactly 1..values.length: no value unbound, none unused. */
-const expectParametersBound = (s: Statement) => {
+/** A fake queue: what the dispatcher asks of it, readable. */
+const fakeQueue: DispatchQueue = {
+  send: (source) => ({ text: 'send', values: [source] }),
+  archive: (msgIds) => ({ text: 'archive', values: [[...msgIds]] }),
+  setVisibility: (entries) => ({ text: 'visibility', values: [entries.map((e) => ({ ...e }))] }),
+};
+
+const deepFreeze = <T>(value: T): T => {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const v of Object.values(value)) deepFreeze(v);
+  }
+  return value;
+};
+
+/** The columns a jsonb_to_recordset($n) in the text declares, by parameter number. */
+const recordsets = (text: string): Map<number, string[]> => {
+  const out = new Map<number, string[]>();
+  for (const m of text.matchAll(/jsonb_to_recordset\(\$(\d+)::jsonb\)\s+AS\s+(?:\w+\s*)?\(([^)]*)\)/g)) {
+    out.set(Number(m[1]), m[2]!.split(',').map((c) => c.trim().split(/\s+/)[0]!));
+  }
+  return out;
+};
+
+/**
+ * Every $n the text uses is bound and every value is used; each value is what pg sends as is (a
+ * string, or an array of strings for `::text[]`/`::bigint[]`); each JSON value parses to an array
+ * of rows whose fields are exactly the columns its jsonb_to_recordset declares (a misspelt field
+ * would silently read as NULL); an UPDATE's key list ($2) names exactly its rows.
+ */
+const expectWellFormed = (s: Statement) => {
   const used = new Set([...s.text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
-  expect([...used].sort((a, b) => a - b)).toEqual(s.values.map((_, i) => i + 1));
+  expect([...used].sort((a, b) => a - b), s.text).toEqual(s.values.map((_, i) => i + 1));
+  const sets = recordsets(s.text);
+  s.values.forEach((v, i) => {
+    const columns = sets.get(i + 1);
+    if (columns !== undefined) {
+      expect(typeof v).toBe('string');
+      const rows = JSON.parse(v as string) as Record<string, unknown>[];
+      expect(Array.isArray(rows)).toBe(true);
+      expect(rows.length).toBeGreaterThan(0);
+      for (const row of rows) expect(Object.keys(row).sort(), s.text).toEqual([...columns].sort());
+    } else if (Array.isArray(v)) {
+      expect(v.length).toBeGreaterThan(0);
+      for (const x of v) expect(typeof x).toBe('string');
+    } else {
+      expect(typeof v, `value $${i + 1} of ${s.text}`).toBe('string');
+    }
+  });
+  if (/ANY \(\$2::text\[\]\)/.test(s.text)) {
+    expect(s.values[1]).toEqual((JSON.parse(s.values[0] as string) as { job_id: string }[]).map((r) => r.job_id));
+  }
+};
+
+/** The rows of a statement's JSON parameter. */
+const rowsOf = (s: Statement | undefined, n = 0): Record<string, unknown>[] => JSON.parse(s!.values[n] as string);
+const find = (statements: readonly Statement[], text: string) => statements.filter((s) => s.text === text);
+
+const READ_MODEL_SQL = [UPSERT_KEYS_SQL, INSERT_JOBS_SQL, UPDATE_JOBS_SQL, DELETE_SLOTS_SQL, INSERT_SLOTS_SQL, UPDATE_SLOTS_SQL, DELETE_PARKED_SQL, UPSERT_PARKED_SQL];
+
+const readModels = (events: readonly ProjectedEvent[]) => projectReadModels(deepFreeze(events));
+const dispatch = (events: readonly ProjectedEvent[], queue: DispatchQueue = fakeQueue) => projectDispatch(queue, deepFreeze(events));
+
+/** A whole life of j1 up to (and including) the sample event of `type`, in transactions as the decider writes them. */
+const lifeUpTo = (type: KeyEventType, stream: string): ProjectedEvent[] => {
+  const b = batchOn(stream);
+  const solo = !stream.startsWith('key:');
+  const enqueued = mk('JobEnqueued', { ...samples.JobEnqueued.data, ...(solo ? { solo: true as const } : {}) });
+  if (type === 'KeyLimitSet') return b.tx(samples.KeyLimitSet).events;
+  const head = solo ? [enqueued] : [samples.KeyLimitSet, enqueued];
+  const started = [samples.SlotAcquired, samples.JobStarted] as const;
+  switch (type) {
+    case 'JobEnqueued':
+      return b.tx(...head, samples.SlotAcquired).events;
+    case 'SlotAcquired':
+    case 'JobCancelled':
+      return b.tx(...head, samples.SlotAcquired).tx(...(type === 'JobCancelled' ? [samples.JobCancelled, { ...samples.SlotReleased, data: { ...samples.SlotReleased.data, reason: 'cancelled' } } as KeyEvent] : [])).events;
+    case 'JobParked':
+    case 'ParkedDiscarded':
+      return b.tx(...head, samples.JobParked).tx(...(type === 'ParkedDiscarded' ? [samples.ParkedDiscarded] : [])).events;
+    case 'JobPromoted':
+      return b.tx(...head, samples.JobParked).tx(samples.JobPromoted).events;
+    case 'JobScheduled':
+      return b.tx(...head, samples.JobScheduled).events;
+    case 'JobStarted':
+    case 'LeaseRenewed':
+      return b.tx(...head, samples.SlotAcquired).tx(samples.JobStarted).tx(...(type === 'LeaseRenewed' ? [samples.LeaseRenewed] : [])).events;
+    case 'JobCompleted':
+    case 'SlotReleased':
+      return b.tx(...head, samples.SlotAcquired).tx(samples.JobStarted).tx(samples.JobCompleted, samples.SlotReleased).events;
+    case 'JobFailed':
+      return b.tx(...head, ...started).tx(samples.JobFailed, samples.SlotReleased, samples.JobScheduled).events;
+    case 'JobDead':
+      return b.tx(...head, ...started).tx(mk('JobFailed', { ...samples.JobFailed.data, retryAt: null }), samples.JobDead, samples.SlotReleased).events;
+    case 'LeaseExpired':
+      return b.tx(...head, ...started).tx(samples.LeaseExpired, samples.SlotReleased, samples.JobScheduled).events;
+    case 'LeaseRevoked':
+      return b.tx(...head, ...started).tx(samples.LeaseRevoked, samples.SlotReleased, samples.JobScheduled).events;
+    case 'JobYielded':
+      return b.tx(...head, ...started).tx(samples.JobYielded, samples.SlotReleased, samples.JobParked).events;
+  }
 };
 
 describe.each([
-  ['read models', projectReadModels],
-  ['dispatcher', projectDispatch],
-])('%s mapping', (_, project) => {
-  it.each(Object.keys(samples) as KeyEventType[])('%s: pure, every parameter bound, on keyed and unkeyed streams', (type) => {
+  ['read models', readModels],
+  ['dispatcher (pg-queue statements)', (events: readonly ProjectedEvent[]) => dispatch(events, dispatchQueue)],
+])('%s mapping', (name, project) => {
+  it.each(TYPES)('%s alone and in a life: pure, every parameter bound and well-formed, on keyed and unkeyed streams', (type) => {
     for (const stream of ['key:k', 'job:j1']) {
-      const statements = project(on(samples[type], stream));
-      expect(project(on(samples[type], stream))).toEqual(statements);
-      statements.forEach(expectParametersBound);
-      // Values are what pg sends as is: no objects that it would turn into arrays or [object Object].
-      for (const s of statements) for (const v of s.values) expect(v === null || ['string', 'number', 'boolean'].includes(typeof v)).toBe(true);
+      const batches = [
+        [{ event: samples[type], stream, revision: 7, key: keyOfStream(stream), commit: 10n }],
+        lifeUpTo(type, stream),
+      ];
+      for (const batch of batches) {
+        const statements = project(batch);
+        // Pure: the same batch gives the same statements (and deepFreeze proved the input untouched).
+        expect(project(batch)).toEqual(statements);
+        statements.forEach(expectWellFormed);
+        if (name === 'read models') {
+          expect(statements.length).toBeLessThanOrEqual(8);
+          for (const s of statements) expect(READ_MODEL_SQL).toContain(s.text);
+          // In write order, each table once.
+          const order = statements.map((s) => READ_MODEL_SQL.indexOf(s.text));
+          expect(order).toEqual([...new Set(order)].sort((a, b) => a - b));
+        }
+      }
     }
   });
 });
 
 describe('read models', () => {
-  it('JobEnqueued inserts the job as pending, its enqueue order being the event revision, args as JSON', () => {
-    const [s, ...rest] = projectReadModels(on(samples.JobEnqueued, 'key:k', 12));
-    expect(rest).toEqual([]);
-    expect(s!.text).toMatch(/INSERT INTO jl_jobs/);
-    expect(s!.text).toMatch(/'pending'/);
-    expect(s!.values).toEqual(['j1', 'key:k', 'k', 12, 'email', 'mail', '{"to":["a"]}', -1, 3, 10_000, at]);
+  it("a job's whole life in one batch (admitted, failed, retried, completed) is one INSERT of its final row: no UPDATE, no slot, no parking", () => {
+    const b = batchOn('key:k', 0)
+      .tx(samples.KeyLimitSet, samples.JobEnqueued, samples.JobParked)
+      .tx(mk('JobPromoted', { ...samples.JobPromoted.data, at: at + S }))
+      .tx(mk('JobStarted', { ...samples.JobStarted.data, at: at + 2 * S }))
+      .tx(mk('JobFailed', { ...samples.JobFailed.data, at: at + 3 * S }), mk('SlotReleased', { ...samples.SlotReleased.data, reason: 'failed', at: at + 3 * S }), mk('JobScheduled', { jobId: 'j1', runAt: at + 4 * S, at: at + 3 * S }))
+      .tx(mk('SlotAcquired', { jobId: 'j1', leaseId: 'j1:2', expiresAt: null, at: at + 4 * S }))
+      .tx(mk('JobStarted', { jobId: 'j1', leaseId: 'j1:2', workerId: 'w2', attempt: 2, expiresAt: at + 15 * S, msgId: '42', at: at + 5 * S }))
+      .tx(mk('LeaseRenewed', { jobId: 'j1', leaseId: 'j1:2', expiresAt: at + 16 * S, msgId: '42', at: at + 6 * S }))
+      .tx(mk('JobCompleted', { jobId: 'j1', leaseId: 'j1:2', at: at + 7 * S }), mk('SlotReleased', { jobId: 'j1', leaseId: 'j1:2', reason: 'completed', msgId: '42', at: at + 7 * S }));
+    const statements = readModels(b.events);
+    expect(statements.map((s) => s.text)).toEqual([UPSERT_KEYS_SQL, INSERT_JOBS_SQL]);
+    expect(rowsOf(statements[1])).toEqual([
+      {
+        job_id: 'j1', stream: 'key:k', key: 'k', seq: 1, name: 'email', queue: 'mail', args: { to: ['a'] }, priority: -1, max_attempts: 3, lease_ms: 10_000, enqueued_at: at,
+        status: 'completed', attempts: 2, run_at: null, started_at: at + 5 * S, finished_at: at + 7 * S, last_error: 'boom', finish_reason: null,
+        worker_id: 'w2', lease_id: null,
+        // the renewal changes jl_slots only
+        updated_at: at + 7 * S,
+      },
+    ]);
+    expect(rowsOf(statements[0])).toEqual([{ stream: 'key:k', key: 'k', concurrency_limit: 2, lease_ms: 30_000, updated_at: at }]);
   });
 
-  it('a job without a key: key null, no jl_keys row for its limit-1 stream', () => {
-    expect(projectReadModels(on(samples.JobEnqueued, 'job:j1', 1))[0]!.values.slice(0, 3)).toEqual(['j1', 'job:j1', null]);
-    expect(projectReadModels(on(samples.KeyLimitSet, 'job:j1', 0))).toEqual([]);
-    expect(projectReadModels(on(samples.KeyLimitSet, 'key:k', 0))[0]!.values).toEqual(['key:k', 'k', 2, 30_000, at]);
+  it('a job still running at the end of the batch: its final jl_jobs row and one slot row, started (expiry and worker set)', () => {
+    const b = batchOn('key:k', 0).tx(samples.KeyLimitSet, samples.JobEnqueued, samples.SlotAcquired).tx(samples.JobStarted).tx(samples.LeaseRenewed);
+    const statements = readModels(b.events);
+    expect(statements.map((s) => s.text)).toEqual([UPSERT_KEYS_SQL, INSERT_JOBS_SQL, INSERT_SLOTS_SQL]);
+    expect(rowsOf(statements[1])[0]).toMatchObject({ status: 'running', attempts: 1, worker_id: 'w1', lease_id: 'j1:1', started_at: at, updated_at: at });
+    expect(rowsOf(statements[2])).toEqual([
+      { job_id: 'j1', stream: 'key:k', key: 'k', lease_id: 'j1:1', how: 'acquired', acquired_at: at, expires_at: at + 20 * S, worker_id: 'w1', started_at: at, attempt: 1 },
+    ]);
   });
 
-  it('an admission takes the job out of jl_parked, marks it holding and inserts its slot, saying how', () => {
-    const [acquired] = projectReadModels(on(samples.SlotAcquired));
-    const [promoted] = projectReadModels(on(samples.JobPromoted));
-    for (const s of [acquired!, promoted!]) {
-      expect(s.text).toMatch(/DELETE FROM jl_parked/);
-      expect(s.text).toMatch(/status = 'holding'/);
-      expect(s.text).toMatch(/INSERT INTO jl_slots/);
+  it('an admission nobody started has no expiry (expires_at null), whatever an older event said', () => {
+    for (const event of [samples.SlotAcquired, mk('SlotAcquired', { ...samples.SlotAcquired.data, expiresAt: at + 30 * S }), mk('JobPromoted', { ...samples.JobPromoted.data, expiresAt: at + 30 * S })]) {
+      const [slot] = find(readModels(batchOn().tx(event).events), INSERT_SLOTS_SQL);
+      expect(rowsOf(slot)[0]).toMatchObject({ expires_at: null, worker_id: null, started_at: null, attempt: null, how: event.type === 'SlotAcquired' ? 'acquired' : 'promoted' });
     }
-    expect(acquired!.values.at(-1)).toBe('acquired');
-    expect(promoted!.values.at(-1)).toBe('promoted');
   });
 
-  it('a parked job takes its priority and enqueue order from jl_jobs (INSERT ... SELECT, no query of its own)', () => {
-    const [s] = projectReadModels(on(samples.JobParked));
-    expect(s!.text).toMatch(/INSERT INTO jl_parked[\s\S]*SELECT job_id, stream, key, priority, seq/);
+  it('events on rows from before the batch become one UPDATE per table, keyed by job id; many jobs still take at most 8 statements', () => {
+    const events: ProjectedEvent[] = [];
+    let commit = 500n;
+    for (let i = 0; i < 100; i++) {
+      const jobId = `j${i}`;
+      const b = batchOn(`key:k${i % 7}`, 10 + i, commit);
+      const leaseId = `${jobId}:1`;
+      switch (i % 5) {
+        case 0:
+          b.tx(mk('JobStarted', { jobId, leaseId, workerId: 'w', attempt: 1, expiresAt: at + S, at }));
+          break;
+        case 1:
+          b.tx(mk('JobCompleted', { jobId, leaseId, at }), mk('SlotReleased', { jobId, leaseId, reason: 'completed', at }), mk('JobPromoted', { jobId: `p${i}`, leaseId: `p${i}:1`, expiresAt: null, waitedMs: 1, at }));
+          break;
+        case 2:
+          b.tx(mk('LeaseRenewed', { jobId, leaseId, expiresAt: at + 2 * S, at }));
+          break;
+        case 3:
+          b.tx(mk('KeyLimitSet', { limit: 3, leaseMs: S, by: 'ops', at }), mk('JobEnqueued', { ...samples.JobEnqueued.data, jobId, at }), mk('JobParked', { jobId, at }));
+          break;
+        case 4:
+          b.tx(mk('JobYielded', { jobId, leaseId, attempts: 0, at }), mk('SlotReleased', { jobId, leaseId, reason: 'yielded', at }), mk('JobParked', { jobId, at }));
+          break;
+      }
+      events.push(...b.events);
+      commit += 1n;
+    }
+    events.sort((a, b) => Number(a.commit - b.commit));
+    const statements = readModels(events);
+    expect(statements.map((s) => s.text)).toEqual(READ_MODEL_SQL);
+    statements.forEach(expectWellFormed);
+    const [keys, inserted, updated, droppedSlots, slots, patched, droppedParked, parked] = statements;
+    expect(rowsOf(keys).map((r) => r.stream).sort()).toEqual(['key:k0', 'key:k1', 'key:k2', 'key:k3', 'key:k4', 'key:k5', 'key:k6']);
+    expect(rowsOf(inserted)).toHaveLength(20);
+    // j0, j5, ... started; j1, ... completed; the p's promoted; j4, ... yielded. Renewals leave jl_jobs alone.
+    expect(rowsOf(updated)).toHaveLength(80);
+    expect(droppedSlots!.values[0]).toHaveLength(40);
+    expect(rowsOf(slots)).toHaveLength(20);
+    expect(rowsOf(patched)).toHaveLength(40);
+    // The promoted p's were parked before the batch; the yielded j's parked in it (and re-parked rows upsert).
+    expect(droppedParked!.values[0]).toEqual(Array.from({ length: 20 }, (_, k) => `p${5 * k + 1}`));
+    expect(rowsOf(parked).map((r) => r.job_id)).toEqual([...Array.from({ length: 20 }, (_, k) => `j${5 * k + 3}`), ...Array.from({ length: 20 }, (_, k) => `j${5 * k + 4}`)].sort((a, b) => Number(a.slice(1)) - Number(b.slice(1))));
   });
 
-  it('finishing events set the status and leave jl_parked; the slot goes only with SlotReleased', () => {
+  it('a renewal of a slot from before the batch updates jl_slots only (jl_jobs.updated_at stays)', () => {
+    const statements = readModels(batchOn().tx(samples.LeaseRenewed).events);
+    expect(statements.map((s) => s.text)).toEqual([UPDATE_SLOTS_SQL]);
+    expect(rowsOf(statements[0])).toEqual([expect.objectContaining({ job_id: 'j1', expires_at: at + 20 * S })]);
+  });
+
+  it('a start of a slot from before the batch: jl_jobs running with the attempt, the slot started', () => {
+    const statements = readModels(batchOn().tx(samples.JobStarted).events);
+    expect(statements.map((s) => s.text)).toEqual([UPDATE_JOBS_SQL, UPDATE_SLOTS_SQL]);
+    expect(rowsOf(statements[0])[0]).toMatchObject({ job_id: 'j1', status: 'running', attempts: 1, worker_id: 'w1', started_at: at, updated_at: at, yield_lease: null });
+    expect(rowsOf(statements[1])[0]).toMatchObject({ job_id: 'j1', worker_id: 'w1', attempt: 1, started_at: at, expires_at: at + 10 * S });
+  });
+
+  it('a release of a slot from before the batch deletes its row; of a slot taken in the batch, writes none', () => {
+    const before = readModels(batchOn().tx(samples.JobCompleted, samples.SlotReleased).events);
+    expect(before.map((s) => s.text)).toEqual([UPDATE_JOBS_SQL, DELETE_SLOTS_SQL]);
+    expect(before[1]!.values).toEqual([['j1']]);
+    expect(rowsOf(before[0])[0]).toMatchObject({ status: 'completed', lease_id: null, finished_at: at });
+    const within = readModels(batchOn().tx(samples.SlotAcquired).tx(samples.JobStarted).tx(samples.JobCompleted, samples.SlotReleased).events);
+    expect(within.map((s) => s.text)).toEqual([UPDATE_JOBS_SQL]);
+  });
+
+  it('parking: parked in the batch and still parked is an upsert; parked before and promoted is a delete; parked and promoted within the batch is neither', () => {
+    const parked = readModels(batchOn().tx(samples.JobYielded, samples.SlotReleased, samples.JobParked).events);
+    expect(find(parked, UPSERT_PARKED_SQL).map((s) => rowsOf(s))).toEqual([[{ job_id: 'j1', parked_at: at }]]);
+    expect(find(parked, DELETE_PARKED_SQL)).toEqual([]);
+    const promoted = readModels(batchOn().tx(samples.JobPromoted).events);
+    expect(find(promoted, DELETE_PARKED_SQL).map((s) => s.values)).toEqual([[['j1']]]);
+    const through = readModels(batchOn().tx(samples.JobParked).tx(samples.JobPromoted).events);
+    expect(through.some((s) => s.text === DELETE_PARKED_SQL || s.text === UPSERT_PARKED_SQL)).toBe(false);
+    // Discarded or cancelled while parked (from before the batch): the row goes.
+    for (const event of [samples.ParkedDiscarded, samples.JobCancelled]) expect(find(readModels(batchOn().tx(event).events), DELETE_PARKED_SQL)).toHaveLength(1);
+  });
+
+  it('finishing events set the status and reason; a holder keeps its slot until the SlotReleased that follows', () => {
     const finishes = { JobCompleted: ['completed', null], JobDead: ['dead', 'no attempt left'], JobCancelled: ['cancelled', 'cancelled by ops'], ParkedDiscarded: ['discarded', 'discarded by ops'] } as const;
     for (const [type, [status, reason]] of Object.entries(finishes)) {
-      const [s, ...rest] = projectReadModels(on(samples[type as keyof typeof finishes]));
-      expect(rest).toEqual([]);
-      expect(s!.values).toEqual(['j1', status, reason, at]);
-      expect(s!.text).not.toMatch(/jl_slots/);
+      const statements = readModels(batchOn().tx(samples[type as keyof typeof finishes]).events);
+      expect(find(statements, UPDATE_JOBS_SQL).map((s) => rowsOf(s)[0])).toEqual([expect.objectContaining({ job_id: 'j1', status, finish_reason: reason, finished_at: at, run_at: null })]);
+      expect(statements.some((s) => s.text === DELETE_SLOTS_SQL)).toBe(false);
     }
-    const [released] = projectReadModels(on(samples.SlotReleased));
-    expect(released!.text).toMatch(/DELETE FROM jl_slots/);
-    expect(released!.text).toMatch(/THEN 'pending' ELSE status END/);
+    // Released to go elsewhere (expiry, then scheduled for a retry): the status is where it went, never pending.
+    const retried = readModels(batchOn().tx(samples.LeaseExpired, samples.JobFailed, samples.SlotReleased, samples.JobScheduled).events);
+    expect(rowsOf(find(retried, UPDATE_JOBS_SQL)[0])[0]).toMatchObject({ status: 'scheduled', run_at: at + 60 * S, lease_id: null, last_error: 'boom', attempts: 1 });
   });
 
   it('LeaseExpired and LeaseRevoked change nothing by themselves (their SlotReleased does)', () => {
-    expect(projectReadModels(on(samples.LeaseExpired))).toEqual([]);
-    expect(projectReadModels(on(samples.LeaseRevoked))).toEqual([]);
+    expect(readModels(batchOn().tx(samples.LeaseExpired).events)).toEqual([]);
+    expect(readModels(batchOn().tx(samples.LeaseRevoked).events)).toEqual([]);
   });
 
-  it('is rebuildable, over the four jl_ tables, for key and job streams only', () => {
+  it('a yield records the attempts it hands back; a job without a key has key null and no jl_keys row', () => {
+    expect(rowsOf(readModels(batchOn().tx(samples.JobYielded).events)[0])[0]).toMatchObject({ attempts: 0, yield_lease: null });
+    const solo = readModels(batchOn('job:j1').tx(mk('JobEnqueued', { ...samples.JobEnqueued.data, solo: true }), samples.SlotAcquired).events);
+    expect(solo.map((s) => s.text)).toEqual([INSERT_JOBS_SQL, INSERT_SLOTS_SQL]);
+    expect(rowsOf(solo[0])[0]).toMatchObject({ job_id: 'j1', stream: 'job:j1', key: null, status: 'holding' });
+    // An older solo stream did record a KeyLimitSet of 1: not a key a dashboard lists.
+    expect(readModels(batchOn('job:j1').tx(samples.KeyLimitSet).events)).toEqual([]);
+  });
+
+  it('jl_keys takes the last limit of the batch', () => {
+    const statements = readModels(batchOn().tx(samples.KeyLimitSet).tx(mk('KeyLimitSet', { limit: 5, leaseMs: 9_000, by: 'ops', at: at + S })).events);
+    expect(statements.map((s) => rowsOf(s))).toEqual([[{ stream: 'key:k', key: 'k', concurrency_limit: 5, lease_ms: 9_000, updated_at: at + S }]]);
+  });
+
+  it('an empty batch is no statement; the projection is rebuildable over the four jl_ tables in write order, for key and job streams only', () => {
+    expect(readModels([])).toEqual([]);
     const p = createReadModelProjections();
-    expect(p.rebuild?.tables).toEqual(['jl_jobs', 'jl_slots', 'jl_parked', 'jl_keys']);
+    expect(p.rebuild?.tables).toEqual(['jl_keys', 'jl_jobs', 'jl_slots', 'jl_parked']);
+    expect(p.rebuild?.tables).toEqual(READ_MODEL_TABLES);
     expect(['key:a', 'job:b', 'queue:c', 'other'].map(p.handles)).toEqual([true, true, false, false]);
   });
 });
 
 describe('dispatcher', () => {
-  it('each admission is one statement returning its message, which must exist', () => {
+  const sentRows = (statements: readonly Statement[]) => find(statements, 'send').map((s) => rowsOf(s.values[0] as Statement));
+
+  it('each admission not started in its own transaction is one message row, built from jl_jobs (leaseMs, attempt = starts + 1); all of a batch in ONE send, in order', () => {
     for (const type of ['SlotAcquired', 'JobPromoted'] as const) {
-      const [s, ...rest] = projectDispatch(on(samples[type]));
-      expect(rest).toEqual([]);
-      expect(s).toMatchObject({ emits: 'messages', expectRows: 1, values: ['j1', samples[type].data.leaseId] });
-      expect(s!.text).toMatch(/'attempt', attempts \+ 1/);
-      expect(s!.text).toMatch(/FROM dispatch_jobs/);
-      expect(s!.text).not.toMatch(/jl_/); // never the read models
+      const statements = dispatch(batchOn().tx(samples[type]).events);
+      expect(statements).toHaveLength(1);
+      expect(sentRows(statements)).toEqual([[{ job_id: 'j1', lease_id: 'j1:1' }]]);
+      const source = statements[0]!.values[0] as Statement;
+      expect(source.text).toBe(ADMISSION_MESSAGES_SQL);
     }
+    expect(ADMISSION_MESSAGES_SQL).toMatch(/'attempt', j\.attempts \+ 1/);
+    expect(ADMISSION_MESSAGES_SQL).toMatch(/'leaseMs', j\.lease_ms/);
+    expect(ADMISSION_MESSAGES_SQL).toMatch(/FROM jl_jobs/);
+    const many = batchOn()
+      .tx(mk('SlotAcquired', { jobId: 'a', leaseId: 'a:1', expiresAt: null, at }), mk('SlotAcquired', { jobId: 'b', leaseId: 'b:2', expiresAt: null, at }))
+      .tx(mk('JobPromoted', { jobId: 'c', leaseId: 'c:3', expiresAt: null, waitedMs: 0, at }));
+    expect(sentRows(dispatch(many.events))).toEqual([[{ job_id: 'a', lease_id: 'a:1' }, { job_id: 'b', lease_id: 'b:2' }, { job_id: 'c', lease_id: 'c:3' }]]);
   });
 
-  it('keeps dispatch_jobs: insert on enqueue, attempts on start and yield, delete when finished', () => {
-    expect(projectDispatch(on(samples.JobEnqueued))[0]!.values).toEqual(['j1', 'key:k', 'k', 'mail', 'email', '{"to":["a"]}']);
-    expect(projectDispatch(on(samples.JobStarted))[0]!.values).toEqual(['j1', 1, 'j1:1']);
-    expect(projectDispatch(on(samples.JobYielded))[0]!.text).toMatch(/attempts - 1[\s\S]*started_lease_id = \$2/);
-    for (const type of ['JobCompleted', 'JobDead', 'JobCancelled', 'ParkedDiscarded'] as const) {
-      expect(projectDispatch(on(samples[type]))).toEqual([{ text: 'DELETE FROM dispatch_jobs WHERE job_id = $1', values: ['j1'] }]);
-    }
-    for (const type of ['KeyLimitSet', 'JobParked', 'JobScheduled', 'LeaseRenewed', 'JobFailed', 'SlotReleased'] as const) {
-      expect(projectDispatch(on(samples[type]))).toEqual([]);
-    }
+  it('sends no message for an admission started in the same transaction (direct handoff): it returns the job for its worker instead', () => {
+    // Complete j0 with handOffTo: its slot goes to j1, started for the same worker in the same append.
+    const b = batchOn().tx(
+      mk('JobCompleted', { jobId: 'j0', leaseId: 'j0:0', at }),
+      mk('SlotReleased', { jobId: 'j0', leaseId: 'j0:0', reason: 'completed', msgId: '40', at }),
+      mk('JobPromoted', { jobId: 'j1', leaseId: 'j1:2', expiresAt: null, waitedMs: 5, at }),
+      mk('JobStarted', { jobId: 'j1', leaseId: 'j1:2', workerId: 'w1', attempt: 1, expiresAt: at + S, at }),
+    );
+    const statements = dispatch(b.events);
+    expect(statements.map((s) => s.text)).toEqual(['archive', HANDED_OFF_SQL]);
+    expect(sentRows(statements)).toEqual([]);
+    expect(find(statements, HANDED_OFF_SQL)).toEqual([{ text: HANDED_OFF_SQL, values: [['j1']], returns: 'handedOff' }]);
+    expect(HANDED_OFF_SQL).toMatch(/"jobId", key, name, args FROM jl_jobs/);
   });
 
-  it('announces a lease taken from its holder (revoked, expired) on the lease-lost channel, with the lease id', () => {
+  it('an admission started in a LATER transaction of the batch still gets its message (nothing handed it off), and returns nothing', () => {
+    const statements = dispatch(batchOn().tx(samples.JobPromoted).tx(samples.JobStarted).events);
+    expect(sentRows(statements)).toEqual([[{ job_id: 'j1', lease_id: 'j1:1' }]]);
+    expect(statements.some((s) => s.returns === 'handedOff')).toBe(false);
+  });
+
+  it('sends no message for an admission released within the batch (same or later transaction): nothing could run it', () => {
+    const cancelled = dispatch(batchOn().tx(samples.SlotAcquired, samples.JobCancelled, mk('SlotReleased', { jobId: 'j1', leaseId: 'j1:1', reason: 'cancelled', at })).events);
+    expect(cancelled).toEqual([]);
+    const revokedLater = dispatch(batchOn().tx(samples.SlotAcquired).tx(samples.LeaseRevoked, mk('SlotReleased', { jobId: 'j1', leaseId: 'j1:1', reason: 'revoked', at }), samples.JobParked).events);
+    expect(sentRows(revokedLater)).toEqual([]);
+    expect(revokedLater.map((s) => s.text)).toEqual([LEASE_LOST_SQL]);
+    // The next admission of the same job, after the release, does get one.
+    const readmitted = dispatch(batchOn().tx(samples.SlotAcquired).tx(samples.LeaseRevoked, mk('SlotReleased', { jobId: 'j1', leaseId: 'j1:1', reason: 'revoked', at }), mk('JobPromoted', { ...samples.JobPromoted.data, leaseId: 'j1:2' })).events);
+    expect(sentRows(readmitted)).toEqual([[{ job_id: 'j1', lease_id: 'j1:2' }]]);
+  });
+
+  it('archives the message a SlotReleased names (msgId), in the same batch; a release without one archives nothing', () => {
+    expect(dispatch(batchOn().tx(samples.JobCompleted, samples.SlotReleased).events)).toEqual([{ text: 'archive', values: [['41']] }]);
+    expect(dispatch(batchOn().tx(samples.JobCompleted, mk('SlotReleased', { jobId: 'j1', leaseId: 'j1:1', reason: 'completed', at })).events)).toEqual([]);
+    const two = batchOn().tx(samples.SlotReleased).tx(mk('SlotReleased', { jobId: 'j2', leaseId: 'j2:1', reason: 'yielded', msgId: '7', at }));
+    expect(dispatch(two.events)).toEqual([{ text: 'archive', values: [['41', '7']] }]);
+  });
+
+  it("moves a message's visibility to its lease's expiry on LeaseRenewed (msgId); the last renewal wins; a release in the batch archives it instead", () => {
+    expect(dispatch(batchOn().tx(samples.LeaseRenewed).events)).toEqual([{ text: 'visibility', values: [[{ msgId: '41', ms: 20 * S }]] }]);
+    const twice = batchOn().tx(samples.LeaseRenewed).tx(mk('LeaseRenewed', { jobId: 'j1', leaseId: 'j1:1', expiresAt: at + 45 * S, msgId: '41', at: at + 15 * S }));
+    expect(dispatch(twice.events)).toEqual([{ text: 'visibility', values: [[{ msgId: '41', ms: 30 * S }]] }]);
+    expect(dispatch(batchOn().tx(samples.LeaseRenewed).tx(samples.JobCompleted, samples.SlotReleased).events)).toEqual([{ text: 'archive', values: [['41']] }]);
+    // A lease started by direct handoff has no message: its renewals move nothing.
+    expect(dispatch(batchOn().tx(mk('LeaseRenewed', { jobId: 'j1', leaseId: 'j1:1', expiresAt: at + S, at })).events)).toEqual([]);
+    // The read that started it already hid it for at least the lease: a JobStarted moves nothing.
+    expect(dispatch(batchOn().tx(samples.JobStarted).events)).toEqual([]);
+  });
+
+  it('announces a lease taken from its holder (revoked, expired) on the lease-lost channel, with the lease ids, in one statement', () => {
     for (const type of ['LeaseExpired', 'LeaseRevoked'] as const) {
-      expect(projectDispatch(on(samples[type]))).toEqual([{ text: `SELECT pg_notify('${LEASE_LOST_CHANNEL}', $1)`, values: ['j1:1'] }]);
+      expect(dispatch(batchOn().tx(samples[type]).events)).toEqual([{ text: LEASE_LOST_SQL, values: [['j1:1']] }]);
+    }
+    const both = batchOn().tx(samples.LeaseExpired).tx(mk('LeaseRevoked', { jobId: 'j2', leaseId: 'j2:5', by: 'ops', at }));
+    expect(dispatch(both.events)).toEqual([{ text: LEASE_LOST_SQL, values: [['j1:1', 'j2:5']] }]);
+    expect(LEASE_LOST_SQL).toContain(`pg_notify('${LEASE_LOST_CHANNEL}', lease)`);
+  });
+
+  it('every other event asks nothing of the queue', () => {
+    for (const type of ['KeyLimitSet', 'JobEnqueued', 'JobParked', 'JobScheduled', 'JobCompleted', 'JobFailed', 'JobDead', 'JobYielded', 'JobCancelled', 'ParkedDiscarded'] as const) {
+      expect(dispatch(batchOn().tx(samples[type]).events)).toEqual([]);
     }
   });
 
-  it('is never rebuildable', () => {
-    expect(createDispatcher().rebuild).toBeUndefined();
+  it('asks in this order: send, visibility, archive, lease lost, handed off', () => {
+    const b = batchOn()
+      .tx(mk('SlotAcquired', { jobId: 'a', leaseId: 'a:1', expiresAt: null, at }))
+      .tx(mk('LeaseRenewed', { jobId: 'b', leaseId: 'b:1', expiresAt: at + S, msgId: '1', at }))
+      .tx(mk('SlotReleased', { jobId: 'c', leaseId: 'c:1', reason: 'completed', msgId: '2', at }), mk('JobPromoted', { jobId: 'd', leaseId: 'd:1', expiresAt: null, waitedMs: 0, at }), mk('JobStarted', { jobId: 'd', leaseId: 'd:1', workerId: 'w', attempt: 1, expiresAt: at + S, at }))
+      .tx(mk('LeaseExpired', { jobId: 'e', leaseId: 'e:1', expiresAt: at, at }), mk('SlotReleased', { jobId: 'e', leaseId: 'e:1', reason: 'expired', at }));
+    expect(dispatch(b.events).map((s) => s.text)).toEqual(['send', 'visibility', 'archive', LEASE_LOST_SQL, HANDED_OFF_SQL]);
   });
 
-  it('sends no message for an admission started in the same append (direct handoff), and one otherwise', () => {
-    const promotion = on(samples.JobPromoted);
-    const startedSameAppend = on(mk('JobStarted', { ...samples.JobStarted.data, leaseId: 'j1:2' }), 'key:k', 8);
-    const startedLater = { ...startedSameAppend, position: { commit: 11n, prepare: 21n } };
-    const dispatcher = createDispatcher();
-    expect(dispatcher.forBatch!([promotion, startedSameAppend])(promotion)).toEqual([]);
-    expect(dispatcher.forBatch!([promotion, startedLater])(promotion)).toEqual(projectDispatch(promotion));
-    expect(dispatcher.forBatch!([promotion])(promotion)).toEqual(projectDispatch(promotion));
+  it('is never rebuildable: a replay would send every message again', () => {
+    const dispatcher = createDispatcher(dispatchQueue);
+    expect(dispatcher.rebuild).toBeUndefined();
+    expect(() => rebuildSpec(dispatcher)).toThrow(NotRebuildableError);
+    expect(['key:a', 'job:b', 'queue:c'].map(dispatcher.handles)).toEqual([true, true, false]);
+  });
+});
+
+describe('runner helpers', () => {
+  it('projectAll gives each projection only the streams it handles, in projection order, and skips one with none', () => {
+    const seen: string[][] = [];
+    const recorder = (name: string, prefix: string): Projection => ({
+      name,
+      handles: (s) => s.startsWith(prefix),
+      project: (events) => {
+        seen.push(events.map((e) => e.stream));
+        return [statement(`-- ${name}`, events.length)];
+      },
+    });
+    const events: ProjectedEvent[] = [
+      { event: samples.KeyLimitSet, stream: 'key:a', revision: 0, key: 'a', commit: 1n },
+      { event: samples.JobEnqueued, stream: 'job:j1', revision: 0, key: null, commit: 1n },
+      { event: samples.JobParked, stream: 'key:a', revision: 1, key: 'a', commit: 2n },
+    ];
+    const statements = projectAll([recorder('keys', 'key:'), recorder('none', 'queue:'), recorder('all', '')], events);
+    expect(statements).toEqual([statement('-- keys', 2), statement('-- all', 3)]);
+    expect(seen).toEqual([['key:a', 'key:a'], ['key:a', 'job:j1', 'key:a']]);
+  });
+
+  it('toProjected decodes a recorded event and takes its commit from the position, its key from the stream', () => {
+    const recorded: RecordedEvent = {
+      stream: 'key:a:b', revision: 3, position: { commit: 77n, prepare: 9n }, type: 'JobParked', data: { jobId: 'j1', at }, metadata: {}, eventId: 'e', created: new Date(at),
+    };
+    expect(toProjected(recorded)).toEqual({ event: samples.JobParked, stream: 'key:a:b', revision: 3, key: 'a:b', commit: 77n });
+    expect(() => toProjected({ ...recorded, data: { at } })).toThrow(/does not decode/);
   });
 });
 
 describe('streams', () => {
   it('key of a stream', () => {
     expect(keyOfStream('key:a:b')).toBe('a:b');
+    expect(keyOfStream('key:')).toBe('');
     expect(keyOfStream('job:x')).toBeNull();
     expect(isLedgerStream('key:')).toBe(true);
+    expect(isLedgerStream('job:x')).toBe(true);
     expect(isLedgerStream('snapshots')).toBe(false);
   });
 });

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import type { DispatchQueue } from '../../projections/dispatcher.js';
 import type { Statement } from '../../projections/projection.js';
-import { NotificationListener } from '../postgres/listener.js';
+import { Notifications } from '../postgres/listener.js';
 
 /**
  * The dispatch queue: PGMQ semantics (send, read with a visibility timeout, archive/delete) in
@@ -74,10 +74,15 @@ interface MessageRow {
 }
 
 export class PgQueue {
-  private listener: SharedListener | undefined;
+  private readonly notifications: Notifications;
 
-  /** The pool is the caller's: PgQueue never ends it. */
-  constructor(private readonly pool: pg.Pool) {}
+  /** The pool is the caller's: PgQueue never ends it. `notifications`: a process's shared LISTEN connection (one of its own otherwise). */
+  constructor(
+    private readonly pool: pg.Pool,
+    notifications?: Notifications,
+  ) {
+    this.notifications = notifications ?? new Notifications(pool.options);
+  }
 
   /** Creates the queue if it does not exist. Sends create their queue too; this is for setup. */
   async create(queue: string, opts: Opts = {}): Promise<void> {
@@ -242,64 +247,14 @@ export class PgQueue {
    * never for a rolled-back send). Also calls it once the subscription is listening, and after
    * each reconnect of the listening connection, since notifications may have been missed: a
    * consumer can simply read whenever woken. Notifications are a hint; polling stays the
-   * caller's fallback. All subscriptions of this PgQueue share one connection, opened with the
-   * pool's settings, and closed when the last one stops. `wake` must not throw.
+   * caller's fallback. All subscriptions share the Notifications connection (the process's one
+   * LISTEN connection when the ledger made this queue), closed when its last listener stops.
+   * `wake` must not throw.
    */
   listen(queue: string, wake: () => void): { stop(): Promise<void> } {
     checkQueue(queue);
-    const listener = (this.listener ??= new SharedListener(this.pool.options));
-    listener.add(queue, wake);
-    let stopped = false;
-    return {
-      stop: async () => {
-        if (stopped) return;
-        stopped = true;
-        if (listener.remove(queue, wake)) {
-          if (this.listener === listener) this.listener = undefined;
-          await listener.close();
-        }
-      },
-    };
-  }
-}
-
-/** One LISTEN connection fanned out to the subscribers of each queue. */
-class SharedListener {
-  private readonly subscribers = new Map<string, Set<() => void>>();
-  private readonly connection: NotificationListener;
-  private listening = false;
-
-  constructor(config: pg.ClientConfig) {
-    this.connection = new NotificationListener(config, QUEUE_CHANNEL, (payload) => {
-      if (payload === undefined) {
-        // (Re)connected: anything may have been missed while down.
-        this.listening = true;
-        for (const wakes of [...this.subscribers.values()]) for (const wake of [...wakes]) wake();
-      } else {
-        for (const wake of [...(this.subscribers.get(payload) ?? [])]) wake();
-      }
-    });
-    this.connection.start();
-  }
-
-  add(queue: string, wake: () => void): void {
-    let wakes = this.subscribers.get(queue);
-    if (wakes === undefined) this.subscribers.set(queue, (wakes = new Set()));
-    wakes.add(wake);
-    // Already listening: this subscriber gets no connect wake-up, so give it its first one here.
-    if (this.listening) queueMicrotask(() => (wakes.has(wake) ? wake() : undefined));
-  }
-
-  /** Returns true when no subscriber is left (the caller then closes the connection). */
-  remove(queue: string, wake: () => void): boolean {
-    const wakes = this.subscribers.get(queue);
-    wakes?.delete(wake);
-    if (wakes?.size === 0) this.subscribers.delete(queue);
-    return this.subscribers.size === 0;
-  }
-
-  close(): Promise<void> {
-    return this.connection.close();
+    // undefined: (re)connected, anything may have been missed.
+    return this.notifications.listen(QUEUE_CHANNEL, (payload) => (payload === undefined || payload === queue ? wake() : undefined));
   }
 }
 

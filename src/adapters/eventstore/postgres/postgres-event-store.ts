@@ -17,7 +17,7 @@ import {
 import { KEY_STATE_SCHEMA_VERSION } from '../../../domain/key-state.js';
 import { TransientWriteError, type LedgerStore } from '../../../domain/ports/ledger-store.js';
 import type { Projection } from '../../../projections/projection.js';
-import { NotificationListener } from '../../postgres/listener.js';
+import { Notifications } from '../../postgres/listener.js';
 import { PollingSubscription } from './polling-subscription.js';
 import { EVENTS_CHANNEL, EVENT_COLUMNS, toRecordedEvent, type EventRow } from './event-rows.js';
 import { PgWriteTransaction } from './write-transaction.js';
@@ -33,6 +33,8 @@ export interface PostgresEventStoreOptions {
    * database, whatever its channel. append() and appendMany() always notify.
    */
   readonly notifyFlushes?: boolean;
+  /** The process's shared LISTEN connection for subscriptions (one of its own otherwise). */
+  readonly notifications?: Notifications;
 }
 
 /**
@@ -43,6 +45,7 @@ export interface PostgresEventStoreOptions {
  */
 export class PostgresEventStore implements EventStore, LedgerStore {
   private readonly inline: readonly Projection[];
+  private readonly notifications: Notifications;
   private readonly subscriptions = new Set<PollingSubscription>();
 
   constructor(
@@ -50,6 +53,7 @@ export class PostgresEventStore implements EventStore, LedgerStore {
     private readonly options: PostgresEventStoreOptions = {},
   ) {
     this.inline = options.inline ?? [];
+    this.notifications = options.notifications ?? new Notifications(pool.options);
   }
 
   async begin(): Promise<PgWriteTransaction> {
@@ -180,11 +184,13 @@ export class PostgresEventStore implements EventStore, LedgerStore {
       after: options.after ?? START,
       batchSize: options.batchSize ?? 500,
       pollIntervalMs: options.pollIntervalMs ?? 500,
-      listen: (wake) =>
-        new NotificationListener(this.pool.options, EVENTS_CHANNEL, (stream) => {
-          // A notification for a stream outside the prefix cannot make anything new readable.
-          if (prefix === undefined || !stream || stream.startsWith(prefix)) wake();
-        }),
+      listen: (wake) => {
+        let listening: { stop(): Promise<void> } | undefined;
+        return {
+          start: () => void (listening = this.notifications.listen(EVENTS_CHANNEL, wake)),
+          close: async () => listening?.stop(),
+        };
+      },
       onEnd: () => this.subscriptions.delete(subscription),
     });
     this.subscriptions.add(subscription);
