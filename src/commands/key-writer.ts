@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import * as E from 'fp-ts/lib/Either.js';
 import { decodeCommand, type Command } from '../domain/commands.js';
 import { decideInto } from '../domain/decide/index.js';
@@ -6,8 +7,10 @@ import type { EventData, KeyEvent } from '../domain/events.js';
 import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, Scratch, apply, draftOf, initialKeyState, type Draft, type KeyState } from '../domain/key-state.js';
 import { DuplicateEventIdError, type EventStore, type JsonObject, type Snapshot, type SnapshotStore, type StreamRevision } from '../domain/ports/event-store.js';
 import {
+  CommitOutcomeUnknownError,
   StaleStateError,
   TransientWriteError,
+  type EventProbe,
   type DecidedAppend,
   type DispatchMessage,
   type HandedOffJob,
@@ -382,6 +385,8 @@ export class KeyWriter {
           continue;
         }
         if (error instanceof TransientWriteError) {
+          // The states may be what failed (a stream another writer just created): lock first from now on.
+          optimistic = false;
           for (const s of batch) s.attempts++;
           const exhausted = batch.filter((s) => s.attempts >= this.options.maxAttempts);
           for (const s of exhausted) s.reject(new ConflictRetriesExhaustedError(streamsOf(s), s.attempts, { cause: error }));
@@ -407,6 +412,18 @@ export class KeyWriter {
         for (const s of batch) s.reject(error);
         for (const r of reads) r.reject(error);
         return;
+      }
+    }
+  }
+
+  /** Whether an event is recorded, asking again (with a growing pause) while the database cannot answer. */
+  private async landed(probe: EventProbe): Promise<boolean> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.store.recorded(probe);
+      } catch (error) {
+        if (attempt >= this.options.maxAttempts) throw error;
+        await sleep(Math.min(1_000, 10 * 2 ** attempt));
       }
     }
   }
@@ -489,10 +506,11 @@ export class KeyWriter {
         const a = appended.get(item.stream) ?? { events: [], stored: [] };
         const ids: string[] = [];
         for (const event of result.right) {
-          const eventId = this.options.eventId?.(item.stream, event);
-          if (eventId) ids.push(eventId);
+          // Every event's id is ours, so a commit whose answer was lost can be looked up (#19).
+          const eventId = this.options.eventId?.(item.stream, event) ?? randomUUID();
+          ids.push(eventId);
           a.events.push(event);
-          a.stored.push({ type: event.type, data: event.data, ...(item.metadata ? { metadata: item.metadata } : {}), ...(eventId ? { eventId } : {}) });
+          a.stored.push({ type: event.type, data: event.data, ...(item.metadata ? { metadata: item.metadata } : {}), eventId });
         }
         this.lastIds.set(item, ids);
         appended.set(item.stream, a);
@@ -517,7 +535,16 @@ export class KeyWriter {
           snapshots.push({ stream, revision, schemaVersion: KEY_STATE_SCHEMA_VERSION, state: entries.get(stream)!.state as unknown as JsonObject });
         }
       }
-      const committed = await tx.commit({ appends, archive, release, snapshots, ...(optimistic ? { lockFirst: streams } : {}) });
+      const committed = await tx.commit({ appends, archive, release, snapshots, ...(optimistic ? { lockFirst: streams } : {}) }).catch(async (error: unknown) => {
+        if (!(error instanceof CommitOutcomeUnknownError)) throw error;
+        // FAILURE-MODES #19: never guess. A commit is all or nothing, so one of its events says.
+        const first = appends[0];
+        if (first === undefined || !(await this.landed({ stream: first.stream, revision: next(first.expected as StreamRevision | 'no_stream'), eventId: first.events[0]!.eventId! }))) {
+          throw new TransientWriteError(`COMMIT outcome unknown and nothing landed: ${error.message}`);
+        }
+        this.log.warn({ err: error }, 'the COMMIT answer was lost, but the flush had landed: reported as written (jobs it handed off run again once their leases expire)');
+        return { handedOff: new Map<string, HandedOffJob>(), positionOf: () => undefined };
+      });
 
       // Remember: the decided states are the states at the new revisions.
       for (const [stream, revision] of after) entries.get(stream)!.revision = revision;

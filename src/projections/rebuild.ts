@@ -1,8 +1,30 @@
-import { EVENT_COLUMNS, toRecordedEvent, type EventRow } from '../adapters/eventstore/postgres/postgres-event-store.js';
+
 import type pg from 'pg';
-import { START, comparePositions, type GlobalPosition } from '../domain/ports/event-store.js';
-import type { Projection } from './projection.js';
-import { applyEvents, inTransaction, projectionLockSql, saveCheckpoint } from './runner.js';
+import { START, type GlobalPosition, type JsonObject, type RecordedEvent } from '../domain/ports/event-store.js';
+import { decodeRecorded } from '../domain/recorded.js';
+import { keyOfStream, type ProjectedEvent, type Projection } from './projection.js';
+import { applyStatements, inTransaction, projectAll, projectionLockSql, saveCheckpoint } from './runner.js';
+
+interface ReplayRow {
+  /** int8, which pg hands over as a string. */
+  readonly global_position: string;
+  readonly transaction_id_text: string;
+  readonly stream: string;
+  readonly stream_revision: string;
+  readonly type: string;
+  readonly data: JsonObject;
+}
+
+const projected = (r: ReplayRow): ProjectedEvent => {
+  const revision = Number(r.stream_revision);
+  return {
+    event: decodeRecorded({ stream: r.stream, revision, type: r.type, data: r.data } as RecordedEvent),
+    stream: r.stream,
+    revision,
+    key: keyOfStream(r.stream),
+    commit: BigInt(r.transaction_id_text),
+  };
+};
 
 /**
  * Holds the inline appliers (the key writer's flushes) off the tables for the rest of the
@@ -15,7 +37,7 @@ export const lockOut = async (client: pg.ClientBase, tables: readonly string[]):
 };
 
 export interface RebuildOptions {
-  /** Events read and applied per round trip, about (default 5000; a batch ends with a whole transaction). */
+  /** Events read and applied per round trip, about (default 20,000; a batch ends with a whole transaction). Larger batches hold more jobs' whole lives, each then one INSERT of its final rows. */
   readonly batchSize?: number;
   /** Called after each batch. */
   readonly onProgress?: (progress: { readonly events: number; readonly position: GlobalPosition }) => void;
@@ -80,10 +102,12 @@ export const rebuildSpec = (projection: Projection): NonNullable<Projection['reb
  * the appends queued behind the lock are open, so it would leave out events that committed
  * after them (and that inline mode had applied). An event that commits later (async mode, or an
  * append queued behind the lock) is not in the snapshot, nor is any later event of its stream:
- * it is applied after the rebuild by the runner or inline, on top of the stream revisions
- * recorded here. The checkpoint is the last event below the snapshot's xmin: everything up to
- * it is applied, and an async runner resuming there skips (by revision) what the rebuild
- * applied above it.
+ * it is applied after the rebuild by the runner or inline, on top of the rows written here. The
+ * checkpoint is the last event below the snapshot's xmin, for an async runner to resume from.
+ *
+ * On a pipelining client the next batch is read while this one is mapped and written (its
+ * SELECT goes out first), so the server never waits for the mapping; the events come without
+ * the columns a projection does not read (metadata, event id, creation time).
  */
 export async function replayInto(
   client: pg.ClientBase,
@@ -91,7 +115,7 @@ export async function replayInto(
   spec: NonNullable<Projection['rebuild']>,
   options: RebuildOptions = {},
 ): Promise<Rebuilt> {
-  const batchSize = options.batchSize ?? 5_000;
+  const batchSize = options.batchSize ?? 20_000;
   const { rows: locked } = await client.query<{ ok: boolean }>(`SELECT pg_try_advisory_xact_lock(${projectionLockSql(1)}) AS ok`, [projection.name]);
   if (!locked[0]!.ok) throw new ProjectionBusyError(projection.name);
   await lockOut(client, spec.tables);
@@ -99,20 +123,38 @@ export async function replayInto(
   const { rows: snap } = await client.query<{ snapshot: string; xmin: string }>(
     'SELECT pg_current_snapshot()::text AS snapshot, pg_snapshot_xmin(pg_current_snapshot())::text AS xmin',
   );
-  const { snapshot, xmin } = snap[0]!;
-  let after = START;
+  const { snapshot } = snap[0]!;
+  const xmin = BigInt(snap[0]!.xmin);
+  const pipelined = (client as { pipeline?: boolean }).pipeline === true;
+  const read = (after: GlobalPosition) => {
+    const rows = client.query<ReplayRow>(REPLAY_SQL, [after.commit.toString(), after.prepare.toString(), snapshot, batchSize]);
+    // Awaited on the next turn; a failure must not go unhandled if applying this batch fails first.
+    rows.catch(() => undefined);
+    return rows;
+  };
   let checkpoint = START;
   let events = 0;
+  let next = read(START);
   for (;;) {
-    const { rows } = await client.query<EventRow>(REPLAY_SQL, [after.commit.toString(), after.prepare.toString(), snapshot, batchSize]);
+    const { rows } = await next;
     if (rows.length === 0) break;
-    const batch = rows.map(toRecordedEvent);
-    await applyEvents(client, [projection], batch);
-    events += batch.length;
-    after = batch.at(-1)!.position;
-    for (const e of batch) if (e.position.commit < BigInt(xmin) && comparePositions(e.position, checkpoint) > 0) checkpoint = e.position;
+    const last = rows.at(-1)!;
+    const after = { commit: BigInt(last.transaction_id_text), prepare: BigInt(last.global_position) };
+    const more = rows.length >= batchSize;
+    if (more && pipelined) next = read(after);
+    await applyStatements(client, projectAll([projection], rows.map(projected)));
+    events += rows.length;
+    // Rows come in global order: the last one below xmin is the newest position fully applied.
+    for (let i = rows.length - 1; i >= 0; i--) {
+      const commit = BigInt(rows[i]!.transaction_id_text);
+      if (commit < xmin) {
+        checkpoint = { commit, prepare: BigInt(rows[i]!.global_position) };
+        break;
+      }
+    }
     options.onProgress?.({ events, position: after });
-    if (rows.length < batchSize) break;
+    if (!more) break;
+    if (!pipelined) next = read(after);
   }
   await saveCheckpoint(client, projection.name, checkpoint, { force: true });
   return { events, checkpoint };
@@ -121,9 +163,12 @@ export async function replayInto(
 // The events committed in the rebuild's snapshot after a position, `$4` of them and then the rest
 // of the last one's transaction: projections take whole transactions (./projection.ts). Both
 // scans walk events_global_order from the position, so a batch costs its size, not the ledger's.
+// No column keeps its name under a cast: ORDER BY would sort by the text (regression: a batch
+// ended at global position 999999 inside a transaction whose 1000000 had sorted first, and the
+// next batch replayed that transaction again). int8 arrives as a string anyway.
 const AFTER = `(transaction_id, global_position) > ($1::xid8, $2::bigint) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)`;
 export const REPLAY_SQL = `
-SELECT ${EVENT_COLUMNS} FROM events
+SELECT global_position, transaction_id::text AS transaction_id_text, stream, stream_revision, type, data FROM events
 WHERE ${AFTER}
   AND transaction_id <= coalesce(
     (SELECT transaction_id FROM events WHERE ${AFTER} ORDER BY transaction_id, global_position OFFSET $4 - 1 LIMIT 1),

@@ -27,7 +27,10 @@ SELECT value FROM recorded UNION ALL SELECT value FROM ledger_settings WHERE nam
 
 /** The database's projection mode, recording `wanted` (or inline) if none is; ProjectionModeError when `wanted` is the other one. */
 export const projectionMode = async (db: Pick<pg.ClientBase, 'query'>, wanted: ProjectionMode | undefined): Promise<ProjectionMode> => {
-  const { rows } = await db.query<{ value: ProjectionMode }>(MODE_SQL, [wanted ?? 'inline']);
+  let { rows } = await db.query<{ value: ProjectionMode }>(MODE_SQL, [wanted ?? 'inline']);
+  // A first opener racing us: our INSERT waited for it and found its row, which the statement's
+  // snapshot (taken before) cannot see. A new statement does.
+  if (rows.length === 0) ({ rows } = await db.query<{ value: ProjectionMode }>(MODE_SQL, [wanted ?? 'inline']));
   const recorded = rows[0]!.value;
   if (wanted !== undefined && wanted !== recorded) throw new ProjectionModeError(recorded, wanted);
   return recorded;

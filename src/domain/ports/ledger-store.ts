@@ -102,8 +102,17 @@ export interface WriteTransaction {
   rollback(): Promise<void>;
 }
 
+/** An event written by a commit whose outcome is unknown, to look it up by. */
+export interface EventProbe {
+  readonly stream: string;
+  readonly revision: StreamRevision;
+  readonly eventId: string;
+}
+
 export interface LedgerStore {
   begin(): Promise<WriteTransaction>;
+  /** Whether this exact event is recorded: a commit is all or nothing, so one event of it says whether it landed. */
+  recorded(probe: EventProbe): Promise<boolean>;
 }
 
 /** The transaction failed for a reason that says nothing about the commands (deadlock, a stream created concurrently, a lost connection): run it again. */
@@ -116,4 +125,9 @@ export type { JsonObject };
 /** An append expected a revision its stream has moved past (or a younger transaction wrote it last): nothing was written. */
 export class StaleStateError extends Error {
   override readonly name = 'StaleStateError';
+}
+
+/** The connection went away while COMMIT was in flight: the transaction may or may not have committed (FAILURE-MODES #19). */
+export class CommitOutcomeUnknownError extends Error {
+  override readonly name = 'CommitOutcomeUnknownError';
 }

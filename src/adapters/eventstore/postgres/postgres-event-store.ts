@@ -15,7 +15,7 @@ import {
   type Subscription,
 } from '../../../domain/ports/event-store.js';
 import { KEY_STATE_SCHEMA_VERSION } from '../../../domain/key-state.js';
-import { TransientWriteError, type LedgerStore } from '../../../domain/ports/ledger-store.js';
+import { TransientWriteError, type EventProbe, type LedgerStore } from '../../../domain/ports/ledger-store.js';
 import type { Projection } from '../../../projections/projection.js';
 import { Notifications } from '../../postgres/listener.js';
 import { PollingSubscription } from './polling-subscription.js';
@@ -63,6 +63,12 @@ export class PostgresEventStore implements EventStore, LedgerStore {
   private async transaction(notifyEvents: boolean): Promise<PgWriteTransaction> {
     const client = await this.pool.connect();
     return new PgWriteTransaction(client, { inline: this.inline, notifyEvents, schemaVersion: KEY_STATE_SCHEMA_VERSION });
+  }
+
+  async recorded(probe: EventProbe): Promise<boolean> {
+    // By primary key: the event id alone would need an index on every event's id.
+    const { rows } = await this.pool.query('SELECT 1 FROM events WHERE stream = $1 AND stream_revision = $2 AND event_id = $3::uuid', [probe.stream, probe.revision, probe.eventId]);
+    return rows.length > 0;
   }
 
   async append(stream: string, expected: ExpectedRevision, events: readonly EventToAppend[]): Promise<AppendResult> {

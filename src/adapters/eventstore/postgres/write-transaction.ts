@@ -10,6 +10,7 @@ import {
   type StreamRevision,
 } from '../../../domain/ports/event-store.js';
 import {
+  CommitOutcomeUnknownError,
   StaleStateError,
   TransientWriteError,
   type Commit,
@@ -59,7 +60,21 @@ export class PgWriteTransaction implements WriteTransaction {
   constructor(
     private readonly client: pg.PoolClient,
     private readonly options: WriteTransactionOptions,
-  ) {}
+  ) {
+    // A connection lost while the transaction holds it: pg emits 'error' on the client, which
+    // nobody else listens to while it is checked out (an unheard 'error' would end the process).
+    // The query in flight fails too; the client is thrown away on release.
+    client.on('error', this.lost);
+  }
+
+  private readonly lost = (): void => {
+    this.broken = true;
+  };
+
+  private release(): void {
+    this.client.off('error', this.lost);
+    this.client.release(this.broken);
+  }
 
   async read(reads: readonly MessageRead[]): Promise<readonly (readonly ReceivedMessage[])[]> {
     const results = await this.run(reads.map((r) => readStatement(r.queue, r.vtMs, r.qty)));
@@ -175,8 +190,8 @@ export class PgWriteTransaction implements WriteTransaction {
   async rollback(): Promise<void> {
     if (this.ended) return;
     this.ended = true;
-    if (this.began) await this.client.query('ROLLBACK').catch(() => (this.broken = true));
-    this.client.release(this.broken);
+    if (this.began && !this.broken) await this.client.query('ROLLBACK').catch(() => (this.broken = true));
+    this.release();
   }
 
   /**
@@ -205,12 +220,14 @@ export class PgWriteTransaction implements WriteTransaction {
     const settled = await Promise.allSettled(sent);
     if (ending) {
       this.ended = true;
-      const lost = settled.some((r) => r.status === 'rejected' && !isPgError(r.reason));
       // A COMMIT that never answered leaves the transaction's fate unknown and the connection unusable.
-      this.client.release(lost);
+      if (settled.some((r) => r.status === 'rejected' && !isPgError(r.reason))) this.broken = true;
+      this.release();
     }
     const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected' && !isAbortedTransaction(r.reason)) ??
       settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    // No statement was refused, yet an answer is missing: the COMMIT may have landed or not.
+    if (failed && ending && !settled.some((r) => r.status === 'rejected' && isPgError(r.reason))) throw new CommitOutcomeUnknownError(String((failed.reason as Error)?.message ?? failed.reason));
     if (failed) throw mapError(failed.reason);
     return settled.slice(offset).map((r) => (r as PromiseFulfilledResult<pg.QueryResult>).value);
   }
@@ -237,8 +254,11 @@ const mapError = (error: unknown): unknown => {
     // answer was lost. Either way a new transaction re-reads the streams and decides again.
     return error instanceof Error && /Connection terminated|ECONNRESET|EPIPE|not queryable|ECONNREFUSED/.test(error.message) ? new TransientWriteError(error.message) : error;
   }
-  // deadlock_detected, serialization_failure, or a stream another transaction created first.
+  // deadlock_detected, serialization_failure, or a stream another transaction created first;
+  // class 57P (the server shutting down or restarting: admin_shutdown, crash_shutdown,
+  // cannot_connect_now) and class 08 (connection exceptions) end the session, not the flush.
   if (error.code === '40P01' || error.code === '40001' || (error.code === '23505' && error.constraint === 'streams_pkey')) return new TransientWriteError(error.message);
+  if (error.code?.startsWith('57P') || error.code?.startsWith('08')) return new TransientWriteError(error.message);
   // WRITE_SQL's expected-revision check: a stream that had moved on gets no claimed row.
   if (error.code === '23502' && error.column === 'stream_revision') return new StaleStateError(error.message);
   if (error.code === '23505' && error.constraint === 'events_event_id_key') {
