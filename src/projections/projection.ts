@@ -28,7 +28,12 @@ export interface ProjectedEvent {
   readonly revision: StreamRevision;
   /** The concurrency key of a `key:` stream; null for a job's own stream (`job:<jobId>`). */
   readonly key: string | null;
-  /** The writing transaction (events.transaction_id): events with the same one were appended together. */
+  /**
+   * Tells the writing transactions of a batch apart: within one batch, events with the same value
+   * were appended together. Read from the store it is events.transaction_id; inline, where the
+   * batch is the one transaction being written (and its statements go out with its first
+   * statement, before its id is known), it is that id when the flush learnt it, else 0.
+   */
   readonly commit: bigint;
 }
 

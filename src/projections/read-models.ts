@@ -108,6 +108,8 @@ const change = (pe: ProjectedEvent, jobId: string): JobChange => ({
 const set = <K extends keyof Columns>(c: JobChange, bit: number, column: K, value: Columns[K]): void => {
   c.m |= bit;
   c.cols[column] = value;
+  // An absolute count already says what a legacy yield before it handed back.
+  if (column === 'attempts') c.yieldLease = null;
 };
 
 /** The job leaves parking (promoted, finished). `fromParking`: the event implies it was parked, so a row from before the batch must go. */

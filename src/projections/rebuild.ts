@@ -103,7 +103,9 @@ export const rebuildSpec = (projection: Projection): NonNullable<Projection['reb
  * after them (and that inline mode had applied). An event that commits later (async mode, or an
  * append queued behind the lock) is not in the snapshot, nor is any later event of its stream:
  * it is applied after the rebuild by the runner or inline, on top of the rows written here. The
- * checkpoint is the last event below the snapshot's xmin, for an async runner to resume from.
+ * checkpoint is the last event below the snapshot's xmin, for an async runner to resume from;
+ * the snapshot itself goes with it, so the runner passes over the events past the checkpoint the
+ * rebuild applied already (they are the ones the snapshot sees).
  *
  * On a pipelining client the next batch is read while this one is mapped and written (its
  * SELECT goes out first), so the server never waits for the mapping; the events come without
@@ -156,7 +158,9 @@ export async function replayInto(
     if (!more) break;
     if (!pipelined) next = read(after);
   }
-  await saveCheckpoint(client, projection.name, checkpoint, { force: true });
+  // The checkpoint stays below the snapshot's xmin (a transaction open then may still commit
+  // below anything read here); the snapshot says which events past it were applied already.
+  await saveCheckpoint(client, projection.name, checkpoint, { force: true, appliedSnapshot: snapshot });
   return { events, checkpoint };
 }
 

@@ -110,26 +110,55 @@ export const applyBatch = (
     if (options.checkpoint) await saveCheckpoint(client, options.checkpoint.name, options.checkpoint.to);
   });
 
-/** The projection's checkpoint; START when it has none. */
-export async function loadCheckpoint(db: Queryable, projection: string): Promise<GlobalPosition> {
-  const { rows } = await db.query<{ commit: string; prepare: string }>(
-    'SELECT commit::text AS commit, prepare::text AS prepare FROM projection_checkpoints WHERE projection = $1',
+/** A checkpoint, and the snapshot of a rebuild that applied events past it (null: none). */
+const loadCheckpointRow = async (db: Queryable, projection: string): Promise<{ position: GlobalPosition; snapshot: Snapshot | null }> => {
+  const { rows } = await db.query<{ commit: string; prepare: string; snapshot: string | null }>(
+    'SELECT commit::text AS commit, prepare::text AS prepare, applied_snapshot::text AS snapshot FROM projection_checkpoints WHERE projection = $1',
     [projection],
   );
   const row = rows[0];
-  return row === undefined ? START : { commit: BigInt(row.commit), prepare: BigInt(row.prepare) };
+  if (row === undefined) return { position: START, snapshot: null };
+  return { position: { commit: BigInt(row.commit), prepare: BigInt(row.prepare) }, snapshot: row.snapshot === null ? null : parseSnapshot(row.snapshot) };
+};
+
+/** The projection's checkpoint; START when it has none. */
+export async function loadCheckpoint(db: Queryable, projection: string): Promise<GlobalPosition> {
+  return (await loadCheckpointRow(db, projection)).position;
 }
 
-/** Moves the checkpoint forward to `to` (never back, unless forced); true if it moved. */
-export async function saveCheckpoint(db: Queryable, projection: string, to: GlobalPosition, options: { readonly force?: boolean } = {}): Promise<boolean> {
+/**
+ * Moves the checkpoint forward to `to` (never back, unless forced); true if it moved.
+ * `appliedSnapshot`: a rebuild's snapshot (pg_snapshot text), whose events past `to` it applied too.
+ */
+export async function saveCheckpoint(
+  db: Queryable,
+  projection: string,
+  to: GlobalPosition,
+  options: { readonly force?: boolean; readonly appliedSnapshot?: string } = {},
+): Promise<boolean> {
   const result = await db.query(
-    `INSERT INTO projection_checkpoints AS c (projection, commit, prepare) VALUES ($1, $2::numeric, $3::numeric)
-     ON CONFLICT (projection) DO UPDATE SET commit = excluded.commit, prepare = excluded.prepare, updated_at = statement_timestamp()
+    `INSERT INTO projection_checkpoints AS c (projection, commit, prepare, applied_snapshot) VALUES ($1, $2::numeric, $3::numeric, $5::pg_snapshot)
+     ON CONFLICT (projection) DO UPDATE SET commit = excluded.commit, prepare = excluded.prepare, applied_snapshot = excluded.applied_snapshot, updated_at = statement_timestamp()
      WHERE $4 OR (c.commit, c.prepare) < (excluded.commit, excluded.prepare)`,
-    [projection, to.commit.toString(), to.prepare.toString(), options.force === true],
+    [projection, to.commit.toString(), to.prepare.toString(), options.force === true, options.appliedSnapshot ?? null],
   );
   return (result.rowCount ?? 0) > 0;
 }
+
+interface Snapshot {
+  readonly xmin: bigint;
+  readonly xmax: bigint;
+  readonly running: ReadonlySet<bigint>;
+}
+
+/** pg_snapshot's text form, xmin:xmax:xip,xip,... */
+const parseSnapshot = (text: string): Snapshot => {
+  const [xmin, xmax, xip] = text.split(':');
+  return { xmin: BigInt(xmin!), xmax: BigInt(xmax!), running: new Set((xip ?? '').split(',').filter(Boolean).map(BigInt)) };
+};
+
+/** pg_visible_in_snapshot, for a committed transaction. */
+const visibleIn = (s: Snapshot, txid: bigint): boolean => txid < s.xmin || (txid < s.xmax && !s.running.has(txid));
 
 /** The session advisory lock that makes one async runner (or a rebuild) the projection's only applier. */
 export const projectionLockSql = (param: number): string => `hashtextextended('jobledger:projection:' || $${param}, 0)`;
@@ -270,34 +299,40 @@ export class AsyncProjectionRunner {
    * runner's lock connection (pid) still holds the lock, so a runner that lost it (and may
    * already have a successor) writes nothing.
    */
-  private applyLeading(all: readonly RecordedEvent[], pid: number): Promise<void> {
+  private async applyLeading(all: readonly RecordedEvent[], pid: number): Promise<void> {
     const { pool, name, projections, follows } = this.options;
-    return inTransaction(pool, async (client) => {
+    const behind = await inTransaction(pool, async (client) => {
+      const { snapshot } = await loadCheckpointRow(client, name);
       let events = all;
       if (follows !== undefined) {
         const limit = await loadCheckpoint(client, follows);
         events = all.filter((e) => comparePositions(e.position, limit) <= 0);
       }
-      if (events.length > 0) {
-        await applyEvents(client, projections, events);
-        const to = events.at(-1)!.position;
-        const result = await client.query(
-          `INSERT INTO projection_checkpoints AS c (projection, commit, prepare)
-           SELECT $1, $2::numeric, $3::numeric
-           WHERE EXISTS (
-             SELECT FROM pg_locks l, (SELECT ${projectionLockSql(1)} AS k) h
-             WHERE l.locktype = 'advisory' AND l.granted AND l.pid = $4 AND l.objsubid = 1
-               AND l.classid = ((h.k >> 32) & 4294967295)::oid AND l.objid = (h.k & 4294967295)::oid
-           )
-           ON CONFLICT (projection) DO UPDATE SET commit = excluded.commit, prepare = excluded.prepare, updated_at = statement_timestamp()
-           WHERE (c.commit, c.prepare) < (excluded.commit, excluded.prepare)`,
-          [name, to.commit.toString(), to.prepare.toString(), pid],
-        );
-        if (result.rowCount !== 1) throw new LeadershipLostError(`projection ${name}: lock lost or checkpoint moved by another runner`);
-      }
-      // A followed checkpoint is at the end of a batch, so of a transaction: what was left out is whole transactions.
-      if (events.length < all.length) throw new FollowedBehind();
+      const cut = events.length < all.length;
+      if (events.length === 0) return cut;
+      // A rebuild applied whatever its snapshot saw, also above the checkpoint it left.
+      const fresh = snapshot === null ? events : events.filter((e) => !visibleIn(snapshot, e.position.commit));
+      await applyEvents(client, projections, fresh);
+      const to = events.at(-1)!.position;
+      const result = await client.query(
+        `INSERT INTO projection_checkpoints AS c (projection, commit, prepare)
+         SELECT $1, $2::numeric, $3::numeric
+         WHERE EXISTS (
+           SELECT FROM pg_locks l, (SELECT ${projectionLockSql(1)} AS k) h
+           WHERE l.locktype = 'advisory' AND l.granted AND l.pid = $4 AND l.objsubid = 1
+             AND l.classid = ((h.k >> 32) & 4294967295)::oid AND l.objid = (h.k & 4294967295)::oid
+         )
+         ON CONFLICT (projection) DO UPDATE SET commit = excluded.commit, prepare = excluded.prepare, updated_at = statement_timestamp(),
+           -- Past the snapshot's xmax nothing it saw is left ahead.
+           applied_snapshot = CASE WHEN excluded.commit::text::xid8 >= pg_snapshot_xmax(c.applied_snapshot) THEN NULL ELSE c.applied_snapshot END
+         WHERE (c.commit, c.prepare) < (excluded.commit, excluded.prepare)`,
+        [name, to.commit.toString(), to.prepare.toString(), pid],
+      );
+      if (result.rowCount !== 1) throw new LeadershipLostError(`projection ${name}: lock lost or checkpoint moved by another runner`);
+      return cut;
     });
+    // After the commit: what was applied stays, and the subscription reads again from there.
+    if (behind) throw new FollowedBehind();
   }
 
   private pause(ms: number): Promise<void> {

@@ -36,8 +36,9 @@ beforeAll(async () => {
   await s.start('acme', 'a', 'w1');
   s.at(BASE + 1_801 * SEC);
   await s.complete('acme', 'a');
-  // stale: its holder's one-second lease ran out long ago (nobody swept it); quiet: nothing held.
+  // stale: its started holder's one-second lease ran out long ago (nobody swept it); quiet: nothing held.
   await ledger.enqueue({ name: 'sync', key: 'stale', leaseMs: SEC, jobId: 's1' });
+  await s.start('stale', 's1');
   await ledger.enqueue({ name: 'sync', key: 'quiet', jobId: 'q1' });
   await s.start('quiet', 'q1');
   await s.complete('quiet', 'q1');
@@ -54,7 +55,8 @@ describe('jobledger keys', () => {
     const result = await jobledger('keys', '--json');
     expect(result.code, result.stderr).toBe(0);
     expect(JSON.parse(result.stdout) as KeyRow[]).toEqual([
-      { key: 'acme', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: BASE + 1_801 * SEC + HOUR, leaseState: 'live', atLimit: true },
+      // b, promoted by a's completion, holds the slot unstarted: no expiry until a worker starts it.
+      { key: 'acme', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'unstarted', atLimit: true },
       { key: 'quiet', limit: 1, inUse: 0, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'none', atLimit: false },
       { key: 'stale', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: BASE + 1_802 * SEC, leaseState: 'expired', atLimit: true },
     ]);
@@ -88,7 +90,7 @@ describe('jobledger jobs', () => {
     const { code, stdout } = await jobledger('jobs', '--limit', '1');
     expect(code).toBe(0);
     expect(stdout).toMatch(/job.*key.*name.*status.*attempts/);
-    expect(stdout).toMatch(/s1\s*│\s*stale\s*│\s*sync\s*│\s*holding\s*│\s*0\/5/);
+    expect(stdout).toMatch(/s1\s*│\s*stale\s*│\s*sync\s*│\s*running\s*│\s*1\/5/);
     expect(stdout).toMatch(/more: --cursor \S+/);
   });
 

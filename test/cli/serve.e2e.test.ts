@@ -116,8 +116,19 @@ describe('jobledger serve', () => {
     expect(await s.stop('SIGINT')).toBe(0);
   });
 
-  it('--async-projections: its own runners apply what its ledger writes (read models, metrics lag back to 0)', async () => {
-    const s = await serve(['--async-projections'], { JOBLEDGER_TOKEN: 't' });
+  it('--async-projections on a database projected inline is refused (both would apply every event twice)', async () => {
+    const { exited, stderr } = spawnServe(['--port', '0', '--async-projections'], { JOBLEDGER_TOKEN: 't' });
+    expect(await exited).not.toBe(0);
+    expect(stderr()).toMatch(/projections are applied inline/);
+  });
+
+  it('--async-projections on a fresh database: its own runners apply what its ledger writes (read models, metrics lag back to 0)', async () => {
+    // A database projected async from its first ledger on (ledger_settings records it).
+    const own = await createTestDatabase();
+    const s = await serve(['--async-projections'], { JOBLEDGER_TOKEN: 't', DATABASE_URL: own.url }).catch(async (error: unknown) => {
+      await own.drop();
+      throw error;
+    });
     expect(s.stderr()).toContain('projections async');
     expect((await post(`${s.url}/api/jobs`, { name: 'x', key: 'async/key', limit: 1 }, 't')).status).toBe(201);
     const deadline = Date.now() + 20_000;
@@ -129,5 +140,6 @@ describe('jobledger serve', () => {
       await new Promise((r) => setTimeout(r, 50));
     }
     expect(await s.stop()).toBe(0);
+    await own.drop();
   });
 });

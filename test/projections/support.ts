@@ -5,7 +5,6 @@ import type { Ledger } from '../../src/adapters/ledger.js';
 import { EVENT_COLUMNS, PostgresEventStore, toRecordedEvent, type EventRow } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
 import { decodeRecorded } from '../../src/domain/recorded.js';
 import type { Command } from '../../src/domain/commands.js';
-import type { KeyEvent } from '../../src/domain/events.js';
 import { apply, draftOf, fold, holders, initialKeyState, jobsIn, parkedInOrder, type Draft, type KeyState } from '../../src/domain/key-state.js';
 import type { RecordedEvent } from '../../src/domain/ports/event-store.js';
 import { keyStream } from '../../src/domain/streams.js';
@@ -231,8 +230,7 @@ export const sentMessages = async (db: Db): Promise<SentMessage[]> =>
   (
     await db.query(
       `SELECT msg_id::text AS "msgId", queue, message, false AS archived FROM queue_messages WHERE message ? 'leaseId'
-       UNION ALL SELECT msg_id::text, queue, message, true FROM queue_archive WHERE message ? 'leaseId'
-       ORDER BY 1`,
+       UNION ALL SELECT msg_id::text, queue, message, true FROM queue_archive WHERE message ? 'leaseId'`,
     )
   ).rows.sort((a, b) => Number(BigInt(a.msgId) - BigInt(b.msgId)));
 
@@ -384,6 +382,3 @@ export const waitFor = async (what: string, check: () => Promise<boolean> | bool
 };
 
 export const count = async (db: Db, sql: string, values: unknown[] = []): Promise<number> => Number((await db.query(sql, values)).rows[0].n);
-
-/** Key events by type, for the event types a test must have seen. */
-export const typesOf = (events: readonly KeyEvent[]): string[] => [...new Set(events.map((e) => e.type))].sort();

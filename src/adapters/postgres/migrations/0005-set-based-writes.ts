@@ -58,6 +58,10 @@ FROM jl_keys k;
 COMMENT ON COLUMN jl_key_stats.next_lease_expiry IS
   'The nearest lease expiry among the started holders; null when no started slot is held.';
 
+ALTER TABLE projection_checkpoints ADD COLUMN applied_snapshot pg_snapshot;
+COMMENT ON COLUMN projection_checkpoints.applied_snapshot IS
+  'Set by a rebuild: it applied every event this snapshot sees, also past the checkpoint (which stays below the snapshot''s xmin, since a transaction then open may commit below it). A runner passes over those events; cleared once the checkpoint passes the snapshot''s xmax.';
+
 CREATE TABLE ledger_settings (
   name  text PRIMARY KEY,
   value text NOT NULL
