@@ -519,6 +519,11 @@ export class KeyWriter {
       for (const s of going) s.items.forEach(decide);
       readGoing.forEach(decide);
 
+      // A refusal, or a decision to do nothing, writes nothing for the expected revision to check:
+      // made on a state that may be stale (optimistic), it is not an answer until the stream is read.
+      if (optimistic && [...decided.values()].some((d) => E.isLeft(d) || d.right.events.length === 0)) {
+        throw new StaleStateError('a decision that writes nothing was made on a state not read in this transaction');
+      }
       const archive = [...malformed, ...readGoing.filter((i) => E.isLeft(decided.get(i)!)).map((i) => i.msgId)];
       const appends: DecidedAppend[] = [];
       const snapshots: Snapshot[] = [];

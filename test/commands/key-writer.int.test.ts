@@ -759,6 +759,28 @@ describe('a lost connection reruns the flush (FAILURE-MODES #19, partly)', () =>
 // ---------------------------------------------------------------- stale caches
 
 describe('stale cached states (FAILURE-MODES #1, #6: a release decided on a stale state would miss the parked jobs)', () => {
+  it('regression: a writer that wrote a key last decides nothing (ExpireLeases) only on the stream as it is, not on its cache: another process started the job since, and its lease is expired', async () => {
+    // Found by the workers e2e kill -9 test: the sweeper's writer had enqueued the job (so it
+    // skipped the lock), decided "no started lease to expire" on its cache, wrote nothing, and
+    // nothing checked it. A decision that writes nothing is only an answer on a read stream.
+    const stream = keyStream('stale-sweep');
+    const sweeper = openWriter('stale-sweep-a');
+    const worker = openWriter('stale-sweep-b');
+    const lease = leaseIn(right(await sweeper.writer.execute(stream, enqueueCmd('stale-sweep-1'))).events, 'stale-sweep-1');
+    right(await worker.writer.execute(stream, { type: 'Start', jobId: 'stale-sweep-1', leaseId: lease, workerId: 'w' }));
+    const at = clock.now;
+    clock.now = at + 10 * 60_000;
+    try {
+      const events = right(await sweeper.writer.execute(stream, { type: 'ExpireLeases', jitter: 0 })).events;
+      expect(events.map((e) => e.type)).toEqual(['LeaseExpired', 'SlotReleased', 'JobScheduled']);
+      // A refusal is no answer on a stale cache either: the worker's lease is gone now.
+      const renewed = await sweeper.writer.execute(stream, { type: 'Renew', jobId: 'stale-sweep-1', leaseId: lease });
+      expect(E.isLeft(renewed) && renewed.left.tag).toBe('StaleLease');
+    } finally {
+      clock.now = at;
+    }
+  });
+
   it('two writers alternating on one key: every command is decided on the current state, the optimistic path falls back without failing the caller, and rollbacks stay few', async () => {
     // A database of its own, so pg_stat_database counts only these writers' transactions.
     const own = await createMigratedDatabase(2);
