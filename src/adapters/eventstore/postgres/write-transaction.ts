@@ -201,23 +201,11 @@ export class PgWriteTransaction implements WriteTransaction {
    */
   private async run(statements: readonly Statement[], { ending = false } = {}): Promise<pg.QueryResult[]> {
     if (this.ended) throw new Error('write transaction already ended');
-    const sent: Promise<pg.QueryResult>[] = [];
-    // A pipelining client writes each statement as it is queued: corked, they leave in one write.
-    const stream = (this.client as unknown as { connection?: { stream?: { cork?(): void; uncork?(): void } } }).connection?.stream;
-    stream?.cork?.();
-    try {
-      if (!this.began) {
-        this.began = true;
-        sent.push(this.client.query(BEGIN_SQL));
-      }
-      for (const s of statements) {
-        sent.push(s.values.length === 0 ? this.client.query(s.text) : this.client.query({ name: statementName(s.text), text: s.text, values: s.values as unknown[] }));
-      }
-    } finally {
-      stream?.uncork?.();
-    }
-    const offset = sent.length - statements.length;
-    const settled = await Promise.allSettled(sent);
+    const query = (s: Statement): Promise<pg.QueryResult> =>
+      s.values.length === 0 ? this.client.query(s.text) : this.client.query({ name: statementName(s.text), text: s.text, values: s.values as unknown[] });
+    const all: Statement[] = this.began ? [...statements] : [{ text: BEGIN_SQL, values: [] }, ...statements];
+    this.began = true;
+    const settled = (this.client as { pipeline?: boolean }).pipeline === true ? await this.pipelined(all, query) : await this.oneByOne(all, query, ending);
     if (ending) {
       this.ended = true;
       // A COMMIT that never answered leaves the transaction's fate unknown and the connection unusable.
@@ -229,7 +217,38 @@ export class PgWriteTransaction implements WriteTransaction {
     // No statement was refused, yet an answer is missing: the COMMIT may have landed or not.
     if (failed && ending && !settled.some((r) => r.status === 'rejected' && isPgError(r.reason))) throw new CommitOutcomeUnknownError(String((failed.reason as Error)?.message ?? failed.reason));
     if (failed) throw mapError(failed.reason);
-    return settled.slice(offset).map((r) => (r as PromiseFulfilledResult<pg.QueryResult>).value);
+    return settled.slice(all.length - statements.length).map((r) => (r as PromiseFulfilledResult<pg.QueryResult>).value);
+  }
+
+  /** All at once: a pipelining client writes each statement as it is queued; corked, they leave in one write. */
+  private async pipelined(all: readonly Statement[], query: (s: Statement) => Promise<pg.QueryResult>): Promise<PromiseSettledResult<pg.QueryResult>[]> {
+    const stream = (this.client as unknown as { connection?: { stream?: { cork?(): void; uncork?(): void } } }).connection?.stream;
+    const sent: Promise<pg.QueryResult>[] = [];
+    stream?.cork?.();
+    try {
+      for (const s of all) sent.push(query(s));
+    } finally {
+      stream?.uncork?.();
+    }
+    return Promise.allSettled(sent);
+  }
+
+  /**
+   * A client of a pool the caller made without `pipeline`: one statement after the other, up to
+   * the first that fails (then, for a commit, a ROLLBACK instead of the rest).
+   */
+  private async oneByOne(all: readonly Statement[], query: (s: Statement) => Promise<pg.QueryResult>, ending: boolean): Promise<PromiseSettledResult<pg.QueryResult>[]> {
+    const settled: PromiseSettledResult<pg.QueryResult>[] = [];
+    for (const s of all) {
+      try {
+        settled.push({ status: 'fulfilled', value: await query(s) });
+      } catch (reason) {
+        settled.push({ status: 'rejected', reason });
+        if (ending && isPgError(reason) && s.text !== 'COMMIT') await this.client.query('ROLLBACK').catch(() => (this.broken = true));
+        break;
+      }
+    }
+    return settled;
   }
 }
 
