@@ -110,6 +110,9 @@ export const KeyEvent = t.union([
   ParkedDiscarded,
 ]);
 export type KeyEvent = t.TypeOf<typeof KeyEvent>;
+
+/** Each event's codec by its type: decoding one event tries its own codec, not each member of the union in turn. */
+export const KeyEventCodecs: ReadonlyMap<string, t.Mixed> = new Map(KeyEvent.types.map((codec) => [codec.name, codec]));
 export type KeyEventType = KeyEvent['type'];
 export type EventOf<T extends KeyEventType> = Extract<KeyEvent, { type: T }>;
 export type EventData<T extends KeyEventType> = EventOf<T>['data'];
