@@ -935,6 +935,22 @@ describe('a failure is pinned on the submission that caused it', () => {
     }
     for (const i of [0, 1]) await foldChecked(keyStream(`same-id-k${i}`));
   });
+
+  it('a given jobId enqueued again after the job finished records nothing (the decider has forgotten it; the store has not)', async () => {
+    const w = openWriter('finished-id');
+    const stream = keyStream('finished-id-k');
+    const [first] = await w.enqueue([{ name: 'work', key: 'finished-id-k', limit: 1, jobId: 'finished-id-1' }]);
+    expect(first!.status).toBe('acquired');
+    const lease = leaseIn((await eventsOf(stream)).map(decodeRecorded), 'finished-id-1');
+    right(await w.writer.execute(stream, { type: 'Start', jobId: 'finished-id-1', leaseId: lease, workerId: 'w' }));
+    right(await w.writer.execute(stream, { type: 'Complete', jobId: 'finished-id-1', leaseId: lease }));
+    const before = await eventCount();
+    for (const key of ['finished-id-k', 'finished-id-other']) {
+      const [again] = await w.enqueue([{ name: 'work', key, limit: 1, jobId: 'finished-id-1' }]);
+      expect(again!.status, key).toBe('duplicate');
+    }
+    expect(await eventCount()).toBe(before);
+  });
 });
 
 // ---------------------------------------------------------------- snapshots

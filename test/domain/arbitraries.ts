@@ -226,7 +226,8 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
       const jobs = intent.jobs.map((j, i) => {
         // Re-enqueues reuse active ids only: the decider remembers active jobs, and the command
         // layer drops ids already recorded in the store before deciding (a finished job's id never
-        // reaches the decider again; see test/commands/key-command-handler.int.test.ts).
+        // reaches the decider again; see test/commands/key-writer.int.test.ts, "a given jobId enqueued
+        // again after the job finished").
         const pool = [...entriesOf(state).map((e) => e.jobId), ...batch];
         const reused = j.reuse === null ? undefined : at(pool, j.reuse);
         const jobId = reused ?? `j${memory.fresh++}`;
