@@ -97,13 +97,16 @@ async function compare(client: pg.ClientBase, name: string, live: string, replay
   );
   if (keyColumns.length === 0) throw new Error(`verify: table ${name} has no primary key to match rows on`);
   const pk = keyColumns.map((k) => k.column);
-  const keyOf = (alias: string) => `jsonb_build_array(${pk.map((c) => `${alias}.row -> ${client.escapeLiteral(c)}`).join(', ')})`;
+  const first = client.escapeIdentifier(pk[0]!);
+  // Matched on the key columns themselves and compared column by column (ROW(l.*) expands to each
+  // column: the copies have the live table's columns in its order), so the join can use both
+  // primary-key indexes; only the rows that differ are turned into JSON.
   const { rows } = await client.query<{ live: Record<string, unknown> | null; ledger: Record<string, unknown> | null }>(
-    `WITH l AS (SELECT to_jsonb(t) AS row FROM ${live} t), r AS (SELECT to_jsonb(t) AS row FROM ${replayed} t)
-     SELECT l.row AS live, r.row AS ledger
-     FROM l FULL JOIN r ON ${keyOf('l')} = ${keyOf('r')}
-     WHERE l.row IS DISTINCT FROM r.row
-     ORDER BY coalesce(${keyOf('l')}, ${keyOf('r')})`,
+    `SELECT CASE WHEN l.${first} IS NULL THEN NULL ELSE to_jsonb(l) END AS live,
+            CASE WHEN r.${first} IS NULL THEN NULL ELSE to_jsonb(r) END AS ledger
+     FROM ${live} l FULL JOIN ${replayed} r USING (${pk.map((c) => client.escapeIdentifier(c)).join(', ')})
+     WHERE ROW(l.*) IS DISTINCT FROM ROW(r.*)
+     ORDER BY ${pk.map((c) => client.escapeIdentifier(c)).join(', ')}`,
   );
   const { rows: counted } = await client.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${live}`);
   const differences = rows.map(({ live: l, ledger: r }): RowDifference => {
