@@ -6,6 +6,7 @@ import { START, comparePositions, type EventStore, type GlobalPosition, type Rec
 import { silentLogger, type Logger } from '../domain/ports/logger.js';
 import { decodeRecorded } from '../domain/recorded.js';
 import { keyOfStream, type ProjectedEvent, type Projection, type Statement } from './projection.js';
+import { withClient } from './with-client.js';
 
 // Applies projections (./projection.ts) to batches of events. Three ways to run the same code:
 // - inline: the key writer's transaction applies `projectAll(...)` right after its appends
@@ -77,23 +78,18 @@ export const applyEvents = (db: Queryable, projections: readonly Projection[], e
   applyStatements(db, projectAll(projections, events.map((e) => toProjected(e))));
 
 /** Runs `fn` in a transaction on a client of the pool: COMMIT if it returns, ROLLBACK if it throws. */
-export async function inTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-  const client = await pool.connect();
-  let broken = false;
-  try {
+export const inTransaction = <T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> =>
+  withClient(pool, async (client, discard) => {
     await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
     try {
       const result = await fn(client);
       await client.query('COMMIT');
       return result;
     } catch (error) {
-      await client.query('ROLLBACK').catch(() => (broken = true));
+      await client.query('ROLLBACK').catch(discard);
       throw error;
     }
-  } finally {
-    client.release(broken);
-  }
-}
+  });
 
 /**
  * Applies a batch and (if given) moves the checkpoint `name` to `checkpoint`, in one transaction.

@@ -3,6 +3,7 @@ import { isDeepStrictEqual } from 'node:util';
 import type pg from 'pg';
 import type { Projection } from './projection.js';
 import { rebuildSpec, replayInto, type RebuildOptions } from './rebuild.js';
+import { withClient } from './with-client.js';
 
 /** A row where a live table and the ledger's replay disagree. */
 export interface RowDifference {
@@ -46,9 +47,7 @@ const BOOKKEEPING = ['projection_checkpoints'];
  */
 export async function verify(pool: pg.Pool, projection: Projection, options: RebuildOptions = {}): Promise<Verified> {
   const spec = rebuildSpec(projection);
-  const client = await pool.connect();
-  let broken = false;
-  try {
+  return withClient(pool, async (client, discard) => {
     await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
     try {
       const id = (name: string) => client.escapeIdentifier(name);
@@ -79,11 +78,9 @@ export async function verify(pool: pg.Pool, projection: Projection, options: Reb
       }
       return { projection: projection.name, events, rows, differences };
     } finally {
-      await client.query('ROLLBACK').catch(() => (broken = true));
+      await client.query('ROLLBACK').catch(discard);
     }
-  } finally {
-    client.release(broken);
-  }
+  });
 }
 
 /** Rows of `live` and `replayed` (same columns) matched on the live table's primary key. */

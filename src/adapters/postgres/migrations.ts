@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { withClient } from '../../projections/with-client.js';
 import { eventStore } from './migrations/0001-event-store.js';
 import { queue } from './migrations/0002-queue.js';
 import { readModels } from './migrations/0003-read-models.js';
@@ -20,32 +21,31 @@ export const migrations: readonly Migration[] = [eventStore, queue, readModels, 
  * one it had. Safe to call from many processes at once: a transaction-scoped advisory lock makes
  * them take turns, and each re-reads schema_migrations once it holds the lock.
  */
-export async function migrate(pool: pg.Pool): Promise<void> {
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    await client.query(`SELECT pg_advisory_xact_lock(hashtextextended('jobledger:migrate', 0))`);
-    await client.query(`
-      CREATE TABLE IF NOT EXISTS schema_migrations (
-        version    integer PRIMARY KEY,
-        name       text NOT NULL,
-        applied_at timestamptz NOT NULL DEFAULT now()
-      )`);
-    const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
-    const applied = new Set(rows.map((row) => row.version));
-    for (const migration of migrations) {
-      if (applied.has(migration.version)) continue;
-      await client.query(migration.sql);
-      await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [
-        migration.version,
-        migration.name,
-      ]);
+export const migrate = (pool: pg.Pool): Promise<void> =>
+  withClient(pool, async (client, discard) => {
+    try {
+      await client.query('BEGIN');
+      await client.query(`SELECT pg_advisory_xact_lock(hashtextextended('jobledger:migrate', 0))`);
+      await client.query(`
+        CREATE TABLE IF NOT EXISTS schema_migrations (
+          version    integer PRIMARY KEY,
+          name       text NOT NULL,
+          applied_at timestamptz NOT NULL DEFAULT now()
+        )`);
+      const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
+      const applied = new Set(rows.map((row) => row.version));
+      for (const migration of migrations) {
+        if (applied.has(migration.version)) continue;
+        await client.query(migration.sql);
+        await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [
+          migration.version,
+          migration.name,
+        ]);
+      }
+      await client.query('COMMIT');
+    } catch (error) {
+      // Closing the connection rolls back and frees the lock, whatever state the failure left it in.
+      discard();
+      throw error;
     }
-    await client.query('COMMIT');
-    client.release();
-  } catch (error) {
-    // Closing the connection rolls back and frees the lock, whatever state the failure left it in.
-    client.release(true);
-    throw error;
-  }
-}
+  });
