@@ -17,21 +17,11 @@ import type { KeyCommand } from '../src/commands/key-writer.js';
 import { createReadModelProjections } from '../src/projections/read-models.js';
 import { rebuild } from '../src/projections/rebuild.js';
 import { verify } from '../src/projections/verify.js';
-import { quiet, serverName, serverUrl } from './scratch-database.js';
+import { quiet, serverName, withScratchDatabase } from './scratch-database.js';
 
 const EVENTS = Number(process.env.EVENTS ?? 1_000_000);
 const KEYS = 200;
 const CHUNK = 2_000;
-
-const admin = async (sql: string) => {
-  const client = new pg.Client({ connectionString: serverUrl });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
-};
 
 const count = async (pool: pg.Pool): Promise<number> => Number((await pool.query<{ n: string }>('SELECT count(*) AS n FROM events')).rows[0]!.n);
 
@@ -76,33 +66,32 @@ const fill = async (pool: pg.Pool): Promise<void> => {
   }
 };
 
-const main = async () => {
-  const db = `jobledger_bench_replay_${process.pid}`;
-  await admin(`CREATE DATABASE ${db}`);
-  const url = new URL(serverUrl);
-  url.pathname = `/${db}`;
-  const pool = new pg.Pool({ connectionString: url.toString(), max: 4, pipeline: true } as pg.PoolConfig);
-  pool.on('error', () => undefined);
-  try {
-    console.log(`replay bench on ${serverName}: filling a ledger of ${EVENTS.toLocaleString()} events`);
-    const filling = performance.now();
-    await fill(pool);
-    const events = await count(pool);
-    console.log(`ledger: ${events.toLocaleString()} events in ${((performance.now() - filling) / 1000).toFixed(1)} s (${Math.round(events / ((performance.now() - filling) / 1000)).toLocaleString()} events/s through the key writer)`);
-    const projection = createReadModelProjections();
-    const report = (what: string, events: number, ms: number, peakMb: number, extra = '') =>
-      console.log(`${what}: ${events.toLocaleString()} events in ${(ms / 1000).toFixed(1)} s = ${Math.round(events / (ms / 1000)).toLocaleString()} events/s, peak RSS ${peakMb} MB${extra}`);
-    let t = performance.now();
-    const rebuilt = await peakRss(() => rebuild(pool, projection));
-    report('rebuild', rebuilt.result.events, performance.now() - t, rebuilt.peakMb);
-    t = performance.now();
-    const verified = await peakRss(() => verify(pool, projection));
-    report('verify', verified.result.events, performance.now() - t, verified.peakMb, `, ${verified.result.differences.length} rows differ`);
-  } finally {
-    await pool.end();
-    if (process.env.KEEP_DB) console.log(`kept database ${db}`);
-    else await admin(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
-  }
-};
+const main = () =>
+  withScratchDatabase(
+    'replay',
+    async (url) => {
+      const pool = new pg.Pool({ connectionString: url, max: 4, pipeline: true } as pg.PoolConfig);
+      pool.on('error', () => undefined);
+      try {
+        console.log(`replay bench on ${serverName}: filling a ledger of ${EVENTS.toLocaleString()} events`);
+        const filling = performance.now();
+        await fill(pool);
+        const events = await count(pool);
+        console.log(`ledger: ${events.toLocaleString()} events in ${((performance.now() - filling) / 1000).toFixed(1)} s (${Math.round(events / ((performance.now() - filling) / 1000)).toLocaleString()} events/s through the key writer)`);
+        const projection = createReadModelProjections();
+        const report = (what: string, events: number, ms: number, peakMb: number, extra = '') =>
+          console.log(`${what}: ${events.toLocaleString()} events in ${(ms / 1000).toFixed(1)} s = ${Math.round(events / (ms / 1000)).toLocaleString()} events/s, peak RSS ${peakMb} MB${extra}`);
+        let t = performance.now();
+        const rebuilt = await peakRss(() => rebuild(pool, projection));
+        report('rebuild', rebuilt.result.events, performance.now() - t, rebuilt.peakMb);
+        t = performance.now();
+        const verified = await peakRss(() => verify(pool, projection));
+        report('verify', verified.result.events, performance.now() - t, verified.peakMb, `, ${verified.result.differences.length} rows differ`);
+      } finally {
+        await pool.end();
+      }
+    },
+    { keep: process.env.KEEP_DB !== undefined },
+  );
 
 await main();

@@ -17,8 +17,8 @@ const admin = async (sql: string) => {
   }
 };
 
-/** Creates database `name` on the server, runs `use` with its URL, and drops it afterwards. */
-export const withScratchDatabase = async <T>(name: string, use: (url: string) => Promise<T>): Promise<T> => {
+/** Creates database `name` on the server, runs `use` with its URL, and drops it afterwards (unless `keep`: then it says which it kept). */
+export const withScratchDatabase = async <T>(name: string, use: (url: string) => Promise<T>, options: { readonly keep?: boolean } = {}): Promise<T> => {
   const db = `jobledger_bench_${name.replace(/\W+/g, '_')}_${process.pid}`;
   await admin(`CREATE DATABASE ${db}`);
   const url = new URL(serverUrl);
@@ -26,7 +26,8 @@ export const withScratchDatabase = async <T>(name: string, use: (url: string) =>
   try {
     return await use(url.toString());
   } finally {
-    await admin(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
+    if (options.keep === true) console.log(`kept database ${db}`);
+    else await admin(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
   }
 };
 

@@ -51,15 +51,10 @@ export interface Sampled {
   readonly worst: { readonly key: string; readonly n: number; readonly atMsAfterEnqueueStart: number | null } | null;
 }
 
-interface RunBase {
+/** The workload's shape as run (its name as `workload`), and how. */
+interface RunBase extends Pick<Workload, 'jobs' | 'keys' | 'limit' | 'jobMs' | 'processes' | 'concurrency'> {
   readonly workload: string;
   readonly rep: number;
-  readonly jobs: number;
-  readonly keys: number;
-  readonly limit: number | null;
-  readonly jobMs: number;
-  readonly processes: number;
-  readonly concurrency: number;
   readonly order: Order;
   readonly options: BenchOptions;
   readonly postgres: string | null;

@@ -482,8 +482,6 @@ export const readStatement = (queue: string, vtMs: number, qty: number): Stateme
   return { text: READ_DISPATCH_SQL, values: [queue, vtMs, qty] };
 };
 
-export const toQueueMessage = <T>(row: unknown): QueueMessage<T> => toMessage<T>(row as MessageRow);
-
 const DELETE_SQL = `DELETE FROM queue_messages WHERE queue = $1 AND msg_id = $2::bigint`;
 
 // Purge waits for readers locking rows of the queue (each only for its statement).

@@ -4,7 +4,7 @@ import * as E from 'fp-ts/lib/Either.js';
 import type { CommandResult, KeyCommand, ReadAndStart, ReadStarted, StartedJob } from '../../commands/key-writer.js';
 import type { Command } from '../../domain/commands.js';
 import { describeDomainError } from '../../domain/errors.js';
-import type { HandedOffJob } from '../../domain/ports/ledger-store.js';
+import type { DispatchMessage, HandedOffJob } from '../../domain/ports/ledger-store.js';
 import type { Logger } from '../../domain/ports/logger.js';
 import { ValidationError } from '../../domain/values.js';
 import type { PgQueue } from '../queue/pg-queue.js';
@@ -78,17 +78,11 @@ interface Running {
   done: Promise<void>;
 }
 
-/** A job the ledger has just started for this worker, ready to run. */
-interface Admitted {
+/** A job the ledger has just started for this worker, ready to run: its dispatch message's fields (attempt and lease as started), and where it runs from. */
+interface Admitted extends DispatchMessage {
+  /** null for a job started by direct handoff (it has no message). */
   readonly msgId: string | null;
   readonly stream: string;
-  readonly jobId: string;
-  readonly key: string | null;
-  readonly leaseId: string;
-  readonly name: string;
-  readonly args: unknown;
-  readonly attempt: number;
-  readonly leaseMs: number;
   readonly sliceStartedAt: number;
 }
 
