@@ -13,6 +13,7 @@ import { AsyncProjectionRunner } from '../projections/runner.js';
 import { PostgresEventStore } from './eventstore/postgres/postgres-event-store.js';
 import { createLogger } from './logging/logger.js';
 import { Notifications } from './postgres/listener.js';
+import { outagesOf, waitingForDatabase, type DatabaseOutages } from './postgres/outage.js';
 import { migrate } from './postgres/migrations.js';
 import { PostgresSnapshotStore } from './postgres/postgres-snapshot-store.js';
 import { projectionMode, type ProjectionMode } from './postgres/projection-mode.js';
@@ -51,10 +52,17 @@ export interface LedgerOptions {
   readonly inlineProjections?: boolean;
   /** Between the sweeper's runs once start() is called (default 1000 ms). */
   readonly sweepIntervalMs?: number;
+  /**
+   * How long open() waits for a database that does not answer yet (retrying with backoff, one
+   * log line) before it fails; default 0: fail at once. Long-running processes (the CLI's
+   * `worker` and `serve`) wait without limit.
+   */
+  readonly waitForDatabaseMs?: number;
 }
 
 interface LedgerParts {
   readonly notifications: Notifications;
+  readonly outages: DatabaseOutages;
   readonly store: PostgresEventStore;
   readonly queue: PgQueue;
   readonly writer: KeyWriter;
@@ -78,6 +86,7 @@ export class Ledger {
   readonly projectionMode: ProjectionMode;
   private readonly writer: KeyWriter;
   private readonly notifications: Notifications;
+  private readonly outages: DatabaseOutages;
   private readonly pool: pg.Pool;
   private readonly ownsPool: boolean;
   private readonly clock: () => number;
@@ -88,15 +97,16 @@ export class Ledger {
   private readonly runners: AsyncProjectionRunner[];
 
   private constructor(parts: LedgerParts) {
-    ({ notifications: this.notifications, store: this.store, queue: this.queue, writer: this.writer, pool: this.pool, ownsPool: this.ownsPool, clock: this.clock, random: this.random, log: this.log } = parts);
+    ({ notifications: this.notifications, outages: this.outages, store: this.store, queue: this.queue, writer: this.writer, pool: this.pool, ownsPool: this.ownsPool, clock: this.clock, random: this.random, log: this.log } = parts);
     this.projectionMode = parts.mode;
     this.sweeper = new Sweeper(this.writer, this.pool, this.log.child({ component: 'sweeper' }), {
       clock: this.clock,
       random: this.random,
+      outages: this.outages,
       ...(parts.sweepIntervalMs === undefined ? {} : { intervalMs: parts.sweepIntervalMs }),
     });
     const runner = (name: string, projection: ReturnType<typeof createReadModelProjections>, follows?: string) =>
-      new AsyncProjectionRunner({ pool: this.pool, store: parts.store, name, projections: [projection], ...(follows ? { follows } : {}), logger: this.log.child({ component: 'projection' }) });
+      new AsyncProjectionRunner({ pool: this.pool, store: parts.store, name, projections: [projection], ...(follows ? { follows } : {}), logger: this.log.child({ component: 'projection' }), outages: this.outages });
     this.runners =
       parts.mode === 'async'
         ? // The dispatcher builds messages from jl_jobs, so it never runs ahead of the read models.
@@ -112,15 +122,22 @@ export class Ledger {
   static async open(options: LedgerOptions): Promise<Ledger> {
     const pool = options.pool ?? createPool(options);
     try {
-      if (options.migrate !== false) await migrate(pool);
-      const mode = await projectionMode(pool, options.inlineProjections === undefined ? undefined : options.inlineProjections ? 'inline' : 'async');
-      const inline = mode === 'inline' ? [createReadModelProjections(), createDispatcher(dispatchQueue)] : [];
-      // One LISTEN connection for the whole process: queue wake-ups, lost leases, subscriptions.
-      const notifications = new Notifications(pool.options);
-      const store = new PostgresEventStore(pool, { inline, notifyFlushes: mode === 'async', notifications });
       const clock = options.clock ?? Date.now;
       const random = options.random ?? Math.random;
       const log = options.logger ?? createLogger();
+      const outages = outagesOf(pool, log);
+      const wanted = options.inlineProjections === undefined ? undefined : options.inlineProjections ? 'inline' : 'async';
+      const mode = await waitingForDatabase(
+        async () => {
+          if (options.migrate !== false) await migrate(pool);
+          return projectionMode(pool, wanted);
+        },
+        { outages, timeoutMs: options.waitForDatabaseMs ?? 0, random, clock: Date.now },
+      );
+      const inline = mode === 'inline' ? [createReadModelProjections(), createDispatcher(dispatchQueue)] : [];
+      // One LISTEN connection for the whole process: queue wake-ups, lost leases, subscriptions.
+      const notifications = new Notifications(pool.options, outages);
+      const store = new PostgresEventStore(pool, { inline, notifyFlushes: mode === 'async', notifications });
       const writer = new KeyWriter(store, store, {
         clock,
         random,
@@ -128,8 +145,9 @@ export class Ledger {
         snapshots: new PostgresSnapshotStore(pool),
         snapshotEvery: options.snapshotEvery ?? 1_000,
         eventId: keyEventId,
+        outages,
       });
-      return new Ledger({ notifications, store, queue: new PgQueue(pool, notifications), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, sweepIntervalMs: options.sweepIntervalMs });
+      return new Ledger({ notifications, outages, store, queue: new PgQueue(pool, notifications), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, sweepIntervalMs: options.sweepIntervalMs });
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;
@@ -244,7 +262,7 @@ export class Ledger {
   /** A worker running jobs from one dispatch queue; call start() on it, and stop() to shut it down gracefully. */
   worker(options: WorkerOptions): Worker {
     const worker = new Worker(
-      { writer: this.writer, queue: this.queue, directHandoff: this.directHandoff, watchLostLeases: (lost) => this.watchLostLeases(lost), clock: this.clock, random: this.random },
+      { writer: this.writer, queue: this.queue, directHandoff: this.directHandoff, watchLostLeases: (lost) => this.watchLostLeases(lost), clock: this.clock, random: this.random, outages: this.outages },
       this.log.child({ component: 'worker', queue: options.queue ?? 'default' }),
       options,
     );
@@ -278,7 +296,7 @@ export const createPool = (options: LedgerOptions): pg.Pool => {
   // Pipelining lets a transaction send its projection statements together (src/projections/runner.ts).
   const pool = new pg.Pool({ connectionString: options.databaseUrl, max: options.poolSize ?? 10, pipeline: true } as pg.PoolConfig);
   // An idle client losing its connection must not crash the process; the next query reconnects.
-  pool.on('error', (error) => (options.logger ?? createLogger()).warn({ err: error }, 'idle PostgreSQL connection lost'));
+  outagesOf(pool, options.logger ?? createLogger());
   return pool;
 };
 

@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import * as E from 'fp-ts/lib/Either.js';
+import { reconnectDelayMs } from '../domain/backoff.js';
 import { decodeCommand, type Command } from '../domain/commands.js';
 import { decideInto } from '../domain/decide/index.js';
 import { describeDomainError, type DomainError } from '../domain/errors.js';
 import type { EventData, KeyEvent } from '../domain/events.js';
 import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, Scratch, apply, draftOf, initialKeyState, type Draft, type KeyState } from '../domain/key-state.js';
-import { DuplicateEventIdError, type EventStore, type JsonObject, type Snapshot, type SnapshotStore, type StreamRevision } from '../domain/ports/event-store.js';
+import { DuplicateEventIdError, type EventStore, type JsonObject, type RecordedEvent, type Snapshot, type SnapshotStore, type StreamRevision } from '../domain/ports/event-store.js';
 import {
   CommitOutcomeUnknownError,
   StaleStateError,
@@ -20,7 +21,8 @@ import {
   type WriteTransaction,
 } from '../domain/ports/ledger-store.js';
 import { silentLogger, type Logger } from '../domain/ports/logger.js';
-import { decodeRecorded } from '../domain/recorded.js';
+import { noOutages, type Outages } from '../domain/ports/outages.js';
+import { EventDecodeError, decodeRecorded } from '../domain/recorded.js';
 import { KEY_STREAM_PREFIX, streamFor } from '../domain/streams.js';
 import { ValidationError } from '../domain/values.js';
 
@@ -39,6 +41,9 @@ import { ValidationError } from '../domain/values.js';
 //                            commit  one set-based append per stream, each expecting the
 //                                    revision it was locked at, plus the inline projections
 //                          ──► remember: the decided state is the state at the new revision
+//                          ──► a stream with an event that does not decode is quarantined
+//                              (jl_quarantined, in the same commit): its commands fail, its
+//                              messages wait hidden, the rest of the flush goes on
 //                          ──► on failure: roll the Scratches back (the state is again the
 //                              locked one), and run the flush again; a failure that is not
 //                              transient is isolated to the submission that caused it
@@ -48,7 +53,8 @@ import { ValidationError } from '../domain/values.js';
 // (FAILURE-MODES #1, #6, #15). Guarded by: decideIntoDecidesTheSame and
 // parkedIndexFollowsInPlaceChanges (test/domain/invariants.unit.test.ts) for decide and roll back;
 // test/commands/key-writer.int.test.ts for the flush (concurrent writers and processes, deferred
-// streams, a batch that does not fail as a whole).
+// streams, a batch that does not fail as a whole); test/commands/quarantine.int.test.ts for an
+// undecodable event.
 
 export interface KeyCommand {
   readonly stream: string;
@@ -118,6 +124,20 @@ export interface KeyWriterOptions {
   readonly eventId?: (stream: string, event: KeyEvent) => string | undefined;
   /** Where load() starts from (writes save snapshots through the flush itself). */
   readonly snapshots?: SnapshotStore;
+  /**
+   * How long the dispatch message of a quarantined stream (one with an event that does not
+   * decode) stays hidden before a flush reads it again: it waits for the stream to be fixed,
+   * neither lost nor read over and over.
+   */
+  readonly quarantinedMessageDelayMs?: number;
+  /** Told of failures the database's absence explains, and of its answering again (one log line each, there). */
+  readonly outages?: Outages;
+  /**
+   * How long a submission waits for a database that does not answer (a restart, a failover)
+   * before it fails with the connection's error. Waiting costs no attempts: an outage is not a
+   * conflict. A worker's completion recorded after the outage keeps the job from running twice.
+   */
+  readonly outageWaitMs?: number;
 }
 
 export const KEY_WRITER_DEFAULTS = {
@@ -126,6 +146,8 @@ export const KEY_WRITER_DEFAULTS = {
   cacheSize: 10_000,
   maxFlushCommands: 5_000,
   maxConcurrentFlushes: 2,
+  quarantinedMessageDelayMs: 30_000,
+  outageWaitMs: 120_000,
 } as const;
 
 /** A submission could not be written after every attempt: its streams are too contended (or kept failing). */
@@ -221,10 +243,10 @@ class KeyStates {
     return entry;
   }
 
-  private fold(entry: Entry, events: readonly { readonly stream: string; readonly revision: number; readonly type: string; readonly data: JsonObject }[]): void {
+  private fold(entry: Entry, events: readonly RecordedEvent[]): void {
     for (const recorded of events) {
       if (recorded.revision !== next(entry.revision)) throw new Error(`key state of ${recorded.stream} is at ${entry.revision}, the store gave revision ${recorded.revision}`);
-      apply(entry.state, decodeRecorded(recorded as Parameters<typeof decodeRecorded>[0]));
+      apply(entry.state, decodeRecorded(recorded));
       entry.revision = recorded.revision;
     }
   }
@@ -260,7 +282,10 @@ export class KeyWriter {
   private readonly clock: () => number;
   private readonly random: () => number;
   private readonly log: Logger;
-  private readonly options: Required<Pick<KeyWriterOptions, 'snapshotEvery' | 'maxAttempts' | 'maxFlushCommands' | 'maxConcurrentFlushes'>> & KeyWriterOptions;
+  private readonly outages: Outages;
+  private readonly options: Required<Pick<KeyWriterOptions, 'snapshotEvery' | 'maxAttempts' | 'maxFlushCommands' | 'maxConcurrentFlushes' | 'quarantinedMessageDelayMs' | 'outageWaitMs'>> & KeyWriterOptions;
+  /** Streams this writer found quarantined: logged as an error the first time only. */
+  private readonly quarantined = new Set<string>();
   private readonly states: KeyStates;
   private submissions: Submission[] = [];
   private reads: Read[] = [];
@@ -278,6 +303,7 @@ export class KeyWriter {
     this.clock = options.clock ?? Date.now;
     this.random = options.random ?? Math.random;
     this.log = options.logger ?? silentLogger;
+    this.outages = options.outages ?? noOutages;
     this.options = { ...KEY_WRITER_DEFAULTS, ...options };
     this.states = new KeyStates(options.cacheSize ?? KEY_WRITER_DEFAULTS.cacheSize, events, this.log);
   }
@@ -374,15 +400,31 @@ export class KeyWriter {
   /** One flush, retried while transient; a failure of anything else is pinned on the submission that caused it. */
   private async flush(batch: Submission[], reads: Read[], streams: Set<string>): Promise<void> {
     let optimistic = true;
+    let outage: { readonly since: number; tries: number } | undefined;
     for (;;) {
+      const generation = this.outages.generation;
       try {
         const postponed = await this.attempt(batch, reads, optimistic, streams);
+        if (outage !== undefined) this.outages.answered();
         this.requeue(postponed);
         return;
       } catch (error) {
         if (error instanceof StaleStateError && optimistic) {
           optimistic = false;
           continue;
+        }
+        if (this.outages.failed(error, generation)) {
+          // The database is away: wait for it (quietly: the outage is logged once, by whoever
+          // watches), then decide again on what the streams hold by then.
+          optimistic = false;
+          outage ??= { since: this.clock(), tries: 0 };
+          if (this.clock() - outage.since < this.options.outageWaitMs) {
+            await sleep(reconnectDelayMs(++outage.tries, this.random()));
+            continue;
+          }
+          for (const s of batch) s.reject(error);
+          for (const r of reads) r.reject(error);
+          return;
         }
         if (error instanceof TransientWriteError) {
           // The states may be what failed (a stream another writer just created): lock first from now on.
@@ -425,6 +467,26 @@ export class KeyWriter {
         if (attempt >= this.options.maxAttempts) throw error;
         await sleep(Math.min(1_000, 10 * 2 ** attempt));
       }
+    }
+  }
+
+  /**
+   * The jobs a landed flush whose COMMIT answer was lost started by direct handoff (a start of a
+   * job admitted in the same append), read back: the answer would have carried them, and without
+   * them their slots would sit idle until the leases expire. Past this point the flush MUST NOT
+   * fail (it landed): a failed read leaves them to lease expiry.
+   */
+  private async handedOffIn(appends: readonly DecidedAppend[]): Promise<Map<string, HandedOffJob>> {
+    const jobIds = appends.flatMap(({ decided = [] }) => {
+      const admitted = new Set(decided.flatMap((e) => (e.type === 'SlotAcquired' || e.type === 'JobPromoted' ? [e.data.leaseId] : [])));
+      return decided.flatMap((e) => (e.type === 'JobStarted' && admitted.has(e.data.leaseId) ? [e.data.jobId] : []));
+    });
+    if (jobIds.length === 0) return new Map();
+    try {
+      return new Map((await this.store.handedOffJobs(jobIds)).map((job) => [job.jobId, job]));
+    } catch (error) {
+      this.log.warn({ err: error, jobIds }, 'reading the handed-off jobs of a flush whose COMMIT answer was lost failed: they run again once their leases expire');
+      return new Map();
     }
   }
 
@@ -477,8 +539,10 @@ export class KeyWriter {
         for (const l of locked.values()) {
           try {
             entries.set(l.stream, await this.states.catchUp(l));
+            this.quarantined.delete(l.stream);
           } catch (error) {
             broken.set(l.stream, error);
+            this.noteBroken(l.stream, error);
           }
         }
       }
@@ -487,8 +551,11 @@ export class KeyWriter {
       const postponed = batch.filter((s) => waits(s.items));
       const failed = batch.filter((s) => !waits(s.items) && fails(s.items) !== undefined);
       const going = batch.filter((s) => !postponed.includes(s) && !failed.includes(s));
-      const release = [...elsewhere, ...readItems.filter((i) => waits([i]) || broken.has(i.stream))].map((i) => i.msgId);
+      const release = [...elsewhere, ...readItems.filter((i) => waits([i]))].map((i) => i.msgId);
+      // A message of a stream that cannot be read waits (hidden) for the stream to be fixed; the others start.
+      const delayed = readItems.filter((i) => !waits([i]) && broken.has(i.stream)).map((i) => i.msgId);
       const readGoing = readItems.filter((i) => !waits([i]) && !broken.has(i.stream));
+      const quarantine = [...broken.values()].filter((e): e is EventDecodeError => e instanceof EventDecodeError);
 
       const now = this.clock();
       const decided = new Map<KeyCommand, CommandResult>();
@@ -540,15 +607,23 @@ export class KeyWriter {
           snapshots.push({ stream, revision, schemaVersion: KEY_STATE_SCHEMA_VERSION, state: entries.get(stream)!.state as unknown as JsonObject });
         }
       }
-      const committed = await tx.commit({ appends, archive, release, snapshots, ...(optimistic ? { lockFirst: streams } : {}) }).catch(async (error: unknown) => {
+      const committed = await tx.commit({
+        appends,
+        archive,
+        release,
+        snapshots,
+        ...(delayed.length > 0 ? { delay: { msgIds: delayed, ms: this.options.quarantinedMessageDelayMs } } : {}),
+        ...(quarantine.length > 0 ? { quarantine } : {}),
+        ...(optimistic ? { lockFirst: streams } : {}),
+      }).catch(async (error: unknown) => {
         if (!(error instanceof CommitOutcomeUnknownError)) throw error;
         // FAILURE-MODES #19: never guess. A commit is all or nothing, so one of its events says.
         const first = appends[0];
         if (first === undefined || !(await this.landed({ stream: first.stream, revision: next(first.expected as StreamRevision | 'no_stream'), eventId: first.events[0]!.eventId! }))) {
           throw new TransientWriteError(`COMMIT outcome unknown and nothing landed: ${error.message}`);
         }
-        this.log.warn({ err: error }, 'the COMMIT answer was lost, but the flush had landed: reported as written (jobs it handed off run again once their leases expire)');
-        return { handedOff: new Map<string, HandedOffJob>(), positionOf: () => undefined };
+        this.log.warn({ err: error }, 'the COMMIT answer was lost, but the flush had landed: reported as written');
+        return { handedOff: await this.handedOffIn(appends), positionOf: () => undefined };
       });
 
       // Remember: the decided states are the states at the new revisions.
@@ -577,6 +652,21 @@ export class KeyWriter {
       if (error instanceof StaleStateError) for (const item of batch.flatMap((s) => s.items)) this.states.moved(item.stream);
       throw error;
     }
+  }
+
+  /** A stream the flush could not bring up to date: its commands fail, its messages wait, the rest of the flush goes on. */
+  private noteBroken(stream: string, error: unknown): void {
+    if (!(error instanceof EventDecodeError)) {
+      this.log.warn({ err: error, stream }, 'stream could not be brought up to date: its commands fail; the other streams go on');
+      return;
+    }
+    // The error's message names the event's stream, revision and global position.
+    if (this.quarantined.has(stream)) {
+      this.log.debug({ err: error, stream }, 'stream still quarantined');
+      return;
+    }
+    this.quarantined.add(stream);
+    this.log.error({ err: error, stream }, 'stream quarantined: its commands are refused and its messages wait until it decodes again; the other streams go on');
   }
 
   /** The reads of the flush, each message a Start (a malformed one is archived and logged). */

@@ -26,7 +26,7 @@ export interface Handoff {
   readonly reason: ReleaseReason | null;
   /** Who revoked the lease or cancelled the job. */
   readonly by: string | null;
-  /** The error of a failed attempt. */
+  /** The error of a failed attempt, or why a worker gave the job back (and when it is offered again). */
   readonly error: string | null;
   /** Stream revision of the admission. */
   readonly acquiredRevision: number;
@@ -87,6 +87,11 @@ export const handoffsOf = (key: string, events: Iterable<RevisionedEvent>): Hand
         break;
       case 'JobFailed':
         h.error = e.data.error;
+        break;
+      case 'JobYielded':
+        if (e.data.reason !== undefined) {
+          h.error = e.data.retryAt === undefined ? e.data.reason : `${e.data.reason}; offered again at ${new Date(e.data.retryAt).toISOString()}`;
+        }
         break;
       case 'SlotReleased':
         h.releasedAt = e.data.at;

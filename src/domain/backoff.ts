@@ -8,3 +8,12 @@ export const retryDelayMs = (attempt: number, jitter: number): number => {
   const exp = Math.min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** Math.min(attempt - 1, 30));
   return Math.round(exp / 2 + (exp / 2) * jitter);
 };
+
+/**
+ * Pause before attempt `attempt` (1-based) of something waiting for an unreachable database:
+ * 100 ms doubling to 1 s, with equal jitter, so work resumes within about a second of it answering.
+ */
+export const reconnectDelayMs = (attempt: number, jitter: number): number => {
+  const exp = Math.min(1_000, 100 * 2 ** Math.min(Math.max(attempt, 1) - 1, 4));
+  return Math.round(exp / 2 + (exp / 2) * jitter);
+};

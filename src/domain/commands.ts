@@ -1,6 +1,6 @@
 import * as E from 'fp-ts/lib/Either.js';
 import * as t from 'io-ts';
-import { Jitter, JsonArgs, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, Time, ValidationError, decodeWith } from './values.js';
+import { Jitter, JsonArgs, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, Time, ValidationError, decodeWith, refine } from './values.js';
 
 // The commands a key's decider takes, as io-ts codecs: the command layer decodes every command
 // with them before deciding, so the decider trusts their shape and guards only what depends on
@@ -57,8 +57,20 @@ const HandOffTo = t.type({ workerId: Id, queue: QueueName });
 export const Complete = withOptional(command('Complete', { jobId: Id, leaseId: Id }), { handOffTo: HandOffTo });
 /** `jitter` spreads the retry; the caller draws it so the decider stays pure. */
 export const Fail = withOptional(command('Fail', { jobId: Id, leaseId: Id, error: t.string, jitter: Jitter }), { handOffTo: HandOffTo });
-/** Graceful shutdown: the slot goes back and the attempt is not counted. */
-export const Yield = command('Yield', { jobId: Id, leaseId: Id });
+/** The longest a yielded job may be put off (a day). */
+export const MAX_YIELD_DELAY_MS = 24 * 3_600_000;
+const YieldDelayMs = refine(
+  t.number,
+  'YieldDelayMs',
+  (n) => Number.isSafeInteger(n) && n >= 1 && n <= MAX_YIELD_DELAY_MS,
+  `must be an integer number of milliseconds from 1 to ${MAX_YIELD_DELAY_MS}`,
+);
+/**
+ * The slot goes back and the attempt is not counted. Without `delayMs` (graceful shutdown) the job
+ * waits in line again at once; with it (a worker that cannot run the job: no handler for its
+ * name) it is offered again after that delay, holding no slot meanwhile. `reason` is for the audit.
+ */
+export const Yield = withOptional(command('Yield', { jobId: Id, leaseId: Id }), { delayMs: YieldDelayMs, reason: NonEmptyString(1_000) });
 /** Reclaims every holder of the key whose lease has run out by `now`. */
 export const ExpireLeases = command('ExpireLeases', { jitter: Jitter });
 export const SetLimit = withOptional(command('SetLimit', { limit: Limit, by: By }), { leaseMs: LeaseMs });

@@ -85,8 +85,12 @@ export const LeaseExpired = event('LeaseExpired', { jobId: JobId, leaseId: Lease
 export const LeaseRevoked = event('LeaseRevoked', { jobId: JobId, leaseId: LeaseId, by: t.string });
 /** With msgId: the lease's dispatch message, archived in the same transaction. */
 export const SlotReleased = eventWith('SlotReleased', { jobId: JobId, leaseId: LeaseId, reason: ReleaseReason }, { msgId: MsgId });
-/** `attempts`: the job's starts after the yield handed its attempt back (absent in older events). */
-export const JobYielded = eventWith('JobYielded', { jobId: JobId, leaseId: LeaseId }, { attempts: t.number });
+/**
+ * `attempts`: the job's starts after the yield handed its attempt back (absent in older events).
+ * A job given back by a worker that cannot run it says why (`reason`) and when it is offered
+ * again (`retryAt`, the runAt of the JobScheduled that follows); a shutdown's yield has neither.
+ */
+export const JobYielded = eventWith('JobYielded', { jobId: JobId, leaseId: LeaseId }, { attempts: t.number, reason: t.string, retryAt: Time });
 export const JobCancelled = event('JobCancelled', { jobId: JobId, by: t.string });
 export const ParkedDiscarded = event('ParkedDiscarded', { jobId: JobId, by: t.string });
 

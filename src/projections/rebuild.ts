@@ -1,7 +1,8 @@
 
 import type pg from 'pg';
-import { START, type GlobalPosition, type JsonObject, type RecordedEvent } from '../domain/ports/event-store.js';
+import { START, type GlobalPosition, type JsonObject } from '../domain/ports/event-store.js';
 import { decodeRecorded } from '../domain/recorded.js';
+import { EVENT_SCHEMA_KEY } from '../domain/upcasters.js';
 import { keyOfStream, type ProjectedEvent, type Projection } from './projection.js';
 import { applyStatements, inTransaction, projectAll, projectionLockSql, saveCheckpoint } from './runner.js';
 
@@ -13,12 +14,21 @@ interface ReplayRow {
   readonly stream_revision: string;
   readonly type: string;
   readonly data: JsonObject;
+  /** The event's schema version (metadata), null for version 1: all of the metadata a decoder reads. */
+  readonly schema_version: unknown;
 }
 
 const projected = (r: ReplayRow): ProjectedEvent => {
   const revision = Number(r.stream_revision);
   return {
-    event: decodeRecorded({ stream: r.stream, revision, type: r.type, data: r.data } as RecordedEvent),
+    event: decodeRecorded({
+      stream: r.stream,
+      revision,
+      position: { commit: BigInt(r.transaction_id_text), prepare: BigInt(r.global_position) },
+      type: r.type,
+      data: r.data,
+      ...(r.schema_version === null ? {} : { metadata: { [EVENT_SCHEMA_KEY]: r.schema_version } }),
+    }),
     stream: r.stream,
     revision,
     key: keyOfStream(r.stream),
@@ -109,7 +119,7 @@ export const rebuildSpec = (projection: Projection): NonNullable<Projection['reb
  *
  * On a pipelining client the next batch is read while this one is mapped and written (its
  * SELECT goes out first), so the server never waits for the mapping; the events come without
- * the columns a projection does not read (metadata, event id, creation time).
+ * the columns a projection does not read (event id, creation time, the metadata but its schema version).
  */
 export async function replayInto(
   client: pg.ClientBase,
@@ -172,7 +182,7 @@ export async function replayInto(
 // next batch replayed that transaction again). int8 arrives as a string anyway.
 const AFTER = `(transaction_id, global_position) > ($1::xid8, $2::bigint) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)`;
 export const REPLAY_SQL = `
-SELECT global_position, transaction_id::text AS transaction_id_text, stream, stream_revision, type, data FROM events
+SELECT global_position, transaction_id::text AS transaction_id_text, stream, stream_revision, type, data, metadata -> '${EVENT_SCHEMA_KEY}' AS schema_version FROM events
 WHERE ${AFTER}
   AND transaction_id <= coalesce(
     (SELECT transaction_id FROM events WHERE ${AFTER} ORDER BY transaction_id, global_position OFFSET $4 - 1 LIMIT 1),

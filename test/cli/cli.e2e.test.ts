@@ -52,6 +52,10 @@ describe('jobledger CLI', () => {
     [['--priority', '1.5'], '--priority'],
     [['--run-at', 'tomorrow'], '--run-at'],
     [['--key', ''], '--key'],
+    [['--args', '{"to":"a\\u0000b"}'], '--args (args.to): must not contain a NUL'],
+    [['--args', '{"\\ud800":1}'], '--args: has a property name with a lone UTF-16 surrogate'],
+    [['--args', '['.repeat(100) + ']'.repeat(100)], 'is nested more than 64 deep'],
+    [['--delay', ''], '--delay'],
   ])('bad input %j exits 2, names %s, and writes nothing', async (flags, named) => {
     await jobledger('migrate');
     const before = await eventCount();
@@ -65,5 +69,11 @@ describe('jobledger CLI', () => {
     expect((await jobledger('frobnicate')).code).toBe(2);
     expect((await jobledger('enqueue')).code).toBe(2);
     expect((await jobledger('state')).code).toBe(2);
+  });
+
+  it('state checks its key like every other command: an empty one exits 2 naming --key, with one line and no stack trace', async () => {
+    const result = await jobledger('state', '--key', '');
+    expect(result.code).toBe(2);
+    expect(result.stderr).toBe('error: --key: must be a non-empty string of at most 500 characters\n');
   });
 });

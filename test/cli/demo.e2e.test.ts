@@ -40,8 +40,8 @@ describe('jobledger demo', () => {
     expect(first.stdout).toMatch(/^run \w+: 301 jobs over 12 keys in [\d.]+ s/);
     for (const { key, limit } of DEMO_KEYS) expect(first.stdout).toMatch(new RegExp(`│ ${key}\\s+│ \\d+\\s+│ [1-${limit}] / ${limit}\\s+│`));
     expect(first.stdout).toContain('it never exceeded the limit');
-    expect(first.stdout).toMatch(/-crashed \(tenant:acme\): started by worker-that-crashed, which went silent; the sweeper expired its lease/);
-    expect(first.stdout).toMatch(/audit of tenant:acme/);
+    expect(first.stdout).toMatch(/-crashed \(demo:tenant:acme\): started by worker-that-crashed, which went silent; the sweeper expired its lease/);
+    expect(first.stdout).toMatch(/audit of demo:tenant:acme/);
     expect(first.stdout).toContain('lease expired: holder silent');
     expect(first.stderr).toContain('demo: 301/301 jobs'); // no terminal: plain progress lines
     expect(await postmasters(join(home, 'pg'))).toEqual([]); // the only user: it stopped the server
@@ -69,7 +69,7 @@ describe('jobledger demo', () => {
       [expect.stringMatching(/^(?!worker-that-crashed)/), 2, 'completed'],
     ]);
     expect(result.scheduled.handoffs).toMatchObject([{ attempt: 1, reason: 'completed' }]);
-    expect(result.audit.key).toBe('tenant:acme');
+    expect(result.audit.key).toBe('demo:tenant:acme');
     expect(result.audit.handoffs.filter((h) => h.reason === 'failed').length).toBeGreaterThanOrEqual(1);
     expect(await postmasters(join(home, 'pg'))).toEqual([]);
     expect(await readdir(join(home, 'pg.users'))).toEqual([]);

@@ -30,11 +30,11 @@ describe('enqueue input: a bad field is named', () => {
     ['a limit given as a string', { name: 'x', key: 'k', limit: '3' }, 'limit'],
     ['a limit without a key', { name: 'x', limit: 2 }, 'limit'],
     ['a lease under the floor', { name: 'x', key: 'k', leaseMs: MIN_LEASE_MS - 1 }, 'leaseMs'],
-    ['args holding a function', { name: 'x', args: { cb: () => 1 } }, 'args'],
-    ['args holding a BigInt', { name: 'x', args: { n: 10n } }, 'args'],
-    ['args with a cycle', { name: 'x', args: cycle }, 'args'],
-    ['args holding NaN', { name: 'x', args: [Number.NaN] }, 'args'],
-    ['args holding a class instance', { name: 'x', args: { when: new Map() } }, 'args'],
+    ['args holding a function', { name: 'x', args: { cb: () => 1 } }, 'args.cb'],
+    ['args holding a BigInt', { name: 'x', args: { n: 10n } }, 'args.n'],
+    ['args with a cycle', { name: 'x', args: cycle }, 'args.self'],
+    ['args holding NaN', { name: 'x', args: [Number.NaN] }, 'args[0]'],
+    ['args holding a class instance', { name: 'x', args: { when: new Map() } }, 'args.when'],
     ['a fractional priority', { name: 'x', priority: 0.5 }, 'priority'],
     ['a priority given as a string', { name: 'x', priority: 'high' }, 'priority'],
     ['an unparseable run time', { name: 'x', runAt: 'tomorrow-ish' }, 'runAt'],
@@ -50,8 +50,8 @@ describe('enqueue input: a bad field is named', () => {
 
   it('the message says what is wrong', () => {
     expect(() => planEnqueue({ name: 'x', key: 'k', limit: 0 }, NOW)).toThrow('limit: must be an integer from 1 to 100000');
-    expect(() => planEnqueue({ name: 'x', args: { n: 1n } }, NOW)).toThrow('args: must be JSON: args.n is a bigint');
-    expect(() => planEnqueue({ name: 'x', args: cycle }, NOW)).toThrow('args.self refers back to itself');
+    expect(() => planEnqueue({ name: 'x', args: { n: 1n } }, NOW)).toThrow('args.n: is a bigint, which JSON cannot hold');
+    expect(() => planEnqueue({ name: 'x', args: cycle }, NOW)).toThrow('args.self: refers back to itself');
   });
 
   it('in a batch the field carries the job index', () => {

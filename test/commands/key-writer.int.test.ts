@@ -17,7 +17,7 @@ import { decide } from '../../src/domain/decide/index.js';
 import type { KeyEvent } from '../../src/domain/events.js';
 import { KEY_STATE_SCHEMA_VERSION, apply, draftOf, fold, holders, initialKeyState, jobsIn, type KeyState } from '../../src/domain/key-state.js';
 import { DuplicateEventIdError, type EventStore, type RecordedEvent } from '../../src/domain/ports/event-store.js';
-import { StaleStateError, TransientWriteError, type EventProbe, type LedgerStore, type LockedStream, type WriteTransaction } from '../../src/domain/ports/ledger-store.js';
+import { StaleStateError, TransientWriteError, type EventProbe, type HandedOffJob, type LedgerStore, type LockedStream, type WriteTransaction } from '../../src/domain/ports/ledger-store.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { EventDecodeError, decodeRecorded } from '../../src/domain/recorded.js';
 import { keyStream } from '../../src/domain/streams.js';
@@ -77,6 +77,10 @@ class Transactions implements LedgerStore {
 
   recorded(probe: EventProbe): Promise<boolean> {
     return this.inner.recorded(probe);
+  }
+
+  handedOffJobs(jobIds: readonly string[]): Promise<readonly HandedOffJob[]> {
+    return this.inner.handedOffJobs(jobIds);
   }
 
   async begin(): Promise<WriteTransaction> {
@@ -754,6 +758,27 @@ describe('a lost connection reruns the flush (FAILURE-MODES #19, partly)', () =>
       await proxy.close();
     }
   });
+
+  it('#19: the job a Complete handed off is still handed to its worker when the COMMIT answer was lost (not left idle until its lease expires)', async () => {
+    const stream = 'key:lost-handoff';
+    const proxy = await startProxy();
+    try {
+      const w = openWriter('lost-handoff', { url: proxy.url, tolerateClientErrors: true });
+      const lease = leaseIn(right(await w.writer.execute(stream, enqueueCmd('lost-handoff-1'))).events, 'lost-handoff-1');
+      right(await w.writer.execute(stream, enqueueCmd('lost-handoff-2')));
+      right(await w.writer.execute(stream, { type: 'Start', jobId: 'lost-handoff-1', leaseId: lease, workerId: 'w1' }));
+      const lost = proxy.loseNextCommitAnswer();
+      const completed = w.writer.execute(stream, { type: 'Complete', jobId: 'lost-handoff-1', leaseId: lease, handOffTo: { workerId: 'w1', queue: 'default' } });
+      await within(lost, 10_000, 'the COMMIT whose answer is lost');
+      const result = right(await within(completed, 15_000, 'the Complete after its COMMIT answer was lost'));
+      expect(result.events.map((e) => e.type)).toContain('JobStarted');
+      expect(result.handedOff?.map((j) => j.jobId)).toEqual(['lost-handoff-2']);
+      const { events } = await foldChecked(stream);
+      expect(events.filter((e) => e.type === 'JobStarted' && e.data.jobId === 'lost-handoff-2')).toHaveLength(1);
+    } finally {
+      await proxy.close();
+    }
+  });
 });
 
 // ---------------------------------------------------------------- stale caches
@@ -856,11 +881,13 @@ describe('stale cached states (FAILURE-MODES #1, #6: a release decided on a stal
 // ---------------------------------------------------------------- isolation
 
 describe('a failure is pinned on the submission that caused it', () => {
-  it('a submission the database refuses (NUL in args: jsonb cannot hold it) fails alone; the rest of its flush commits', async () => {
+  it('a submission the database refuses (NUL in its metadata: jsonb cannot hold it) fails alone; the rest of its flush commits', async () => {
+    // The command's fields are checked before anything is written (NUL in args is a ValidationError);
+    // metadata is the caller's own, so the database is what refuses it.
     const w = openWriter('nul');
     const results = await Promise.allSettled([
       w.writer.execute(keyStream('iso-a'), enqueueCmd('iso-a-1')),
-      w.writer.execute(keyStream('iso-nul'), enqueueCmd('iso-nul-1', 1, { args: { text: 'a\u0000b' } })),
+      w.writer.execute(keyStream('iso-nul'), enqueueCmd('iso-nul-1'), { note: 'a\u0000b' }),
       w.writer.executeMany([
         { stream: keyStream('iso-b'), command: enqueueCmd('iso-b-1') },
         { stream: keyStream('iso-c'), command: enqueueCmd('iso-c-1') },

@@ -47,6 +47,8 @@ export type Intent = { readonly dt: number } & (
       readonly jitter: number;
       /** Complete/Fail hand the freed slot's next job to a worker of this queue (null: no handoff). */
       readonly handOffQueue: string | null;
+      /** A Yield gives the job back for this long (a worker without its handler); null: a shutdown's yield. */
+      readonly yieldDelay: number | null;
     }
   | { readonly kind: 'admitDue' }
   | { readonly kind: 'expireLeases'; readonly jitter: number }
@@ -128,6 +130,7 @@ const intentArb: fc.Arbitrary<Intent> = fc.oneof(
         worker: fc.nat({ max: 3 }),
         jitter: jitterArb,
         handOffQueue: fc.constantFrom<string | null>(null, null, 'default', 'other'),
+        yieldDelay: sometimes(fc.integer({ min: 1, max: 30_000 }), 50),
       }),
     ),
   },
@@ -280,7 +283,9 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
         case 'Fail':
           return { type: 'Fail', jobId, leaseId, error: 'boom', jitter: intent.jitter, ...handOff };
         case 'Yield':
-          return { type: 'Yield', jobId, leaseId };
+          return intent.yieldDelay === null
+            ? { type: 'Yield', jobId, leaseId }
+            : { type: 'Yield', jobId, leaseId, delayMs: intent.yieldDelay, reason: `no handler for work in worker worker-${intent.worker}` };
       }
     }
     case 'admitDue':

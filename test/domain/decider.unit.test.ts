@@ -1,5 +1,8 @@
+import * as E from 'fp-ts/lib/Either.js';
 import { describe, expect, it } from 'vitest';
-import { mk } from '../../src/domain/events.js';
+import { decide } from '../../src/domain/decide/index.js';
+import { mk, type KeyEvent } from '../../src/domain/events.js';
+import { fold, initialKeyState } from '../../src/domain/key-state.js';
 import {
   LEASE,
   SEC,
@@ -251,6 +254,49 @@ describe('Yield', () => {
         promoted('a', 'a:2', T0 + 2 * SEC, 0),
       );
     expect(state.jobs.a?.attempts).toBe(0);
+  });
+
+  describe('given back by a worker with no handler for it (delayMs, reason)', () => {
+    const reason = 'no handler for sendEmail in worker w1';
+    const givenBack = (jobId: string, leaseId: string, at: number, attempts: number, retryAt: number) =>
+      mk('JobYielded', { jobId, leaseId, attempts, reason, retryAt, at });
+    const giveBack = { type: 'Yield', jobId: 'a', leaseId: 'a:1', delayMs: 10 * SEC, reason } as const;
+    const at = T0 + 2 * SEC;
+
+    it('the attempt is not counted; the job waits for its retry time holding no slot, and the slot goes to the next parked job', () => {
+      const when = given(...aRunningBParked).when(giveBack, at);
+      when.then(
+        givenBack('a', 'a:1', at, 0, at + 10 * SEC),
+        released('a', 'a:1', 'yielded', at),
+        scheduled('a', at + 10 * SEC, at),
+        promoted('b', 'b:2', at, at - T0),
+      );
+      expect(when.state().jobs.a).toMatchObject({ status: 'scheduled', runAt: at + 10 * SEC, attempts: 0, lease: null });
+    });
+
+    /** The key's history after the give-back as the decider decides it (not as a spec writes it). */
+    const afterGiveBack = (): KeyEvent[] => {
+      const decided = decide(giveBack, fold(initialKeyState, aRunningBParked), at);
+      if (E.isLeft(decided)) throw new Error(`give-back refused: ${decided.left.tag}`);
+      return [...aRunningBParked, ...decided.right];
+    };
+
+    it('is offered again only when due: parked behind the job holding the slot, or admitted to a free one, its next start still attempt 1', () => {
+      given(...afterGiveBack()).when({ type: 'AdmitDue' }, at + 10 * SEC - 1).thenNothing();
+      given(...afterGiveBack()).when({ type: 'AdmitDue' }, at + 10 * SEC).then(parked('a', at + 10 * SEC));
+      const freed = [...afterGiveBack(), started('b', 'b:2', at), completed('b', 'b:2', at + SEC), released('b', 'b:2', 'completed', at + SEC)];
+      given(...freed).when({ type: 'AdmitDue' }, at + 10 * SEC).then(acquired('a', 'a:3', at + 10 * SEC));
+      given(...freed, acquired('a', 'a:3', at + 10 * SEC))
+        .when({ type: 'Start', jobId: 'a', leaseId: 'a:3', workerId: 'w2' }, at + 11 * SEC)
+        .then(started('a', 'a:3', at + 11 * SEC, 1, 'w2'));
+    });
+
+    it('a job without a key (its own limit-1 stream) is given back the same way', () => {
+      const solo = mk('JobEnqueued', { ...a, leaseMs: LEASE, solo: true, at: T0 });
+      given(solo, acquired('a', 'a:1'), started('a', 'a:1', T0 + SEC))
+        .when(giveBack, at)
+        .then(givenBack('a', 'a:1', at, 0, at + 10 * SEC), released('a', 'a:1', 'yielded', at), scheduled('a', at + 10 * SEC, at));
+    });
   });
 });
 

@@ -254,8 +254,8 @@ interface JobHistory {
   notBefore: number;
   /** Reclaimed before it started: it must wait in line again (parked), not be retried or die. */
   reclaimedUnstarted: boolean;
-  /** A JobFailed's retryAt (null: dead), which the job's next placement must honour. */
-  failedRetryAt: number | null | undefined;
+  /** A JobFailed's retryAt (null: dead), or a given-back JobYielded's, which the job's next placement must honour. */
+  promisedRetryAt: { readonly by: 'JobFailed' | 'JobYielded'; readonly at: number | null } | undefined;
 }
 
 const attemptsAndDelays = (trace: Trace): void => {
@@ -268,7 +268,7 @@ const attemptsAndDelays = (trace: Trace): void => {
       const at = event.data.at;
       if (event.type === 'JobEnqueued') {
         const { priority, maxAttempts, runAt } = event.data;
-        jobs.set(jobId, { priority, maxAttempts, seq: null, starts: 0, yields: 0, notBefore: runAt !== null && runAt > at ? runAt : -Infinity, reclaimedUnstarted: false, failedRetryAt: undefined });
+        jobs.set(jobId, { priority, maxAttempts, seq: null, starts: 0, yields: 0, notBefore: runAt !== null && runAt > at ? runAt : -Infinity, reclaimedUnstarted: false, promisedRetryAt: undefined });
       }
       const h = jobs.get(jobId);
       if (h === undefined) return violation(trace, step, `invariant 7: ${event.type} for job ${jobId} that was never enqueued`);
@@ -308,12 +308,14 @@ const attemptsAndDelays = (trace: Trace): void => {
       if ((isAdmission(event) || event.type === 'JobParked') && at < h.notBefore) {
         violation(trace, step, `invariant 7: ${event.type}(${jobId}) at ${at}, before its run time ${h.notBefore} (${h.notBefore - at} ms early)`);
       }
-      if (event.type === 'JobFailed') h.failedRetryAt = event.data.retryAt;
-      else if (h.failedRetryAt !== undefined && (event.type === 'JobParked' || event.type === 'JobScheduled' || event.type === 'JobDead')) {
+      if (event.type === 'JobFailed') h.promisedRetryAt = { by: event.type, at: event.data.retryAt };
+      else if (event.type === 'JobYielded' && event.data.retryAt !== undefined) h.promisedRetryAt = { by: event.type, at: event.data.retryAt };
+      else if (h.promisedRetryAt !== undefined && (event.type === 'JobParked' || event.type === 'JobScheduled' || event.type === 'JobDead')) {
         const placed = event.type === 'JobScheduled' ? `JobScheduled at ${event.data.runAt}` : event.type;
-        const promised = h.failedRetryAt === null ? 'JobDead' : `JobScheduled at ${h.failedRetryAt}`;
-        h.failedRetryAt = undefined;
-        if (placed !== promised) violation(trace, step, `invariant 7: ${jobId} failed with a retry promised as ${promised}, then got ${placed}`);
+        const promised = h.promisedRetryAt.at === null ? 'JobDead' : `JobScheduled at ${h.promisedRetryAt.at}`;
+        const by = h.promisedRetryAt.by;
+        h.promisedRetryAt = undefined;
+        if (placed !== promised) violation(trace, step, `invariant 7: ${jobId} got ${by} with a retry promised as ${promised}, then got ${placed}`);
       }
       if (h.reclaimedUnstarted && (event.type === 'JobParked' || event.type === 'JobScheduled' || event.type === 'JobDead')) {
         h.reclaimedUnstarted = false;
@@ -595,6 +597,8 @@ describe('key stream decisions, over the same random sequences', () => {
         count('retry scheduled', types.has('JobFailed') && types.has('JobScheduled'));
         count('dead', types.has('JobDead'));
         count('started job yielded', step.command.type === 'Yield' && step.before.jobs[step.command.jobId]?.lease?.workerId != null);
+        count('started job given back for later', step.command.type === 'Yield' && step.command.delayMs !== undefined && types.has('JobScheduled') && step.before.jobs[step.command.jobId]?.lease?.workerId != null);
+        count('given-back job admitted when due', step.command.type === 'AdmitDue' && step.events.some((e) => e.type === 'SlotAcquired' && trace.events.some((y) => y.type === 'JobYielded' && y.data.retryAt !== undefined && y.data.jobId === e.data.jobId)));
         count('revoked', types.has('LeaseRevoked'));
         count('parked discarded', types.has('ParkedDiscarded'));
         count('holder cancelled', step.command.type === 'Cancel' && types.has('SlotReleased'));
@@ -606,7 +610,7 @@ describe('key stream decisions, over the same random sequences', () => {
     const missing = [
       'promotion after completion', 'direct handoff', 'handoff passed over for another queue', 'promotion after expiry', 'promotion on a raised limit', 'AdmitDue admits', 'AdmitDue parks',
       'stale lease refused', 'already started refused', 'not started refused', 'retry scheduled', 'dead', 'started job yielded',
-      'revoked', 'parked discarded', 'holder cancelled', 'holders above a lowered limit', 'batch parks', 'active job re-enqueued',
+      'started job given back for later', 'given-back job admitted when due', 'revoked', 'parked discarded', 'holder cancelled', 'holders above a lowered limit', 'batch parks', 'active job re-enqueued',
     ].filter((what) => (counts.get(what) ?? 0) < 5);
     expect(missing).toEqual([]);
   });

@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { keyStream } from '../../src/domain/streams.js';
+import { appendByHand } from '../support/bad-events.js';
 import { AWKWARD_KEYS, TOKEN, startTestServer, type TestServer } from './support.js';
 
 // GET /api/keys, GET /api/keys/detail, POST /api/keys/{release,discard,limit} over a real ledger.
@@ -195,5 +197,25 @@ describe('POST /api/keys/limit', () => {
 
   it('404 for an unknown key', async () => {
     await s.refused(() => s.post('/api/keys/limit', { key: 'nobody', limit: 2 }), 404);
+  });
+});
+
+describe('a quarantined key (its stream holds an event this release cannot decode)', () => {
+  it('regression: its detail is served from the read models (with the quarantine, no handoffs) instead of a 500; its audit is a 409 naming where the event is', async () => {
+    const key = 'quarantined-view';
+    await s.ledger.enqueue({ name: 'work', key, limit: 1, jobId: 'qv-a' });
+    const placed = await appendByHand(s.db.pool, keyStream(key), 'an unknown type');
+    // The writer meets the event (and records the quarantine) when it next decides on the key.
+    await expect(s.ledger.enqueue({ name: 'work', key, jobId: 'qv-b' })).rejects.toThrow('does not decode');
+
+    const detail = await s.get('/api/keys/detail', { key });
+    expect(detail.status).toBe(200);
+    expect(detail.body.quarantine).toMatchObject({ revision: placed.revision });
+    expect(detail.body.handoffs).toEqual([]);
+
+    const audit = await s.get('/api/audit', { key });
+    expect(audit.status).toBe(409);
+    expect(audit.body).toMatchObject({ stream: keyStream(key), revision: placed.revision, position: `${placed.position.commit}/${placed.position.prepare}` });
+    expect(audit.body.error).toContain('does not decode');
   });
 });

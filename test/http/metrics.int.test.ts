@@ -1,5 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { keyStream } from '../../src/domain/streams.js';
+import { recheckWriterQuarantines } from '../../src/projections/quarantine.js';
+import { appendByHand, fixByHand, namesPlace } from '../support/bad-events.js';
 import { startTestServer, type TestServer } from './support.js';
 
 // GET /metrics: Prometheus text with the dashboard's figures.
@@ -68,6 +71,16 @@ describe('GET /metrics, inline projections', () => {
     const text = await scrape(s);
     expect(sample(text, 'jobledger_parked_jobs')).toBe(1);
     expect(sample(text, 'jobledger_slots_held')).toBe(3);
+  });
+
+  it('jobledger_keys_quarantined counts the streams with an event a reader cannot decode, and drops once it decodes again', async () => {
+    expect(sample(await scrape(s), 'jobledger_keys_quarantined')).toBe(0);
+    const placed = await appendByHand(s.db.pool, keyStream('m 3'), 'an unknown type');
+    await expect(s.ledger.execute(keyStream('m 3'), { type: 'SetLimit', limit: 2, by: 'test' })).rejects.toMatchObject(namesPlace(placed));
+    expect(sample(await scrape(s), 'jobledger_keys_quarantined')).toBe(1);
+    await fixByHand(s.db.pool, placed);
+    expect(await recheckWriterQuarantines(s.db.pool)).toEqual([keyStream('m 3')]);
+    expect(sample(await scrape(s), 'jobledger_keys_quarantined')).toBe(0);
   });
 
   it('concurrent scrapes each get whole figures', async () => {

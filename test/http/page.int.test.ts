@@ -1,6 +1,8 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { keyStream } from '../../src/domain/streams.js';
+import { appendByHand, namesPlace } from '../support/bad-events.js';
 import { startTestServer, type TestServer } from './support.js';
 
 // GET /: the dashboard's files, served from the package with a strict Content-Security-Policy.
@@ -43,6 +45,28 @@ describe('the page', () => {
       // Data goes on the page as text only.
       if (file.endsWith('.js')) expect(text).not.toMatch(/innerHTML|outerHTML|insertAdjacentHTML|document\.write/);
     }
+  });
+
+  it('a quarantined key: /api/keys gives its quarantine (revision, position, error, readers), and the page shows it in the keys list and the key view', async () => {
+    await s.ledger.enqueue({ name: 'p', key: 'page-bad', limit: 1, jobId: 'page-bad-1' });
+    await s.ledger.enqueue({ name: 'p', key: 'page-good', limit: 1, jobId: 'page-good-1' });
+    const placed = await appendByHand(s.db.pool, keyStream('page-bad'), 'a known type missing a field');
+    await expect(s.ledger.execute(keyStream('page-bad'), { type: 'SetLimit', limit: 2, by: 'test' })).rejects.toMatchObject(namesPlace(placed));
+    const { body } = await s.get('/api/keys');
+    const byKey = new Map(body.keys.map((k: { key: string; quarantine: unknown }) => [k.key, k.quarantine]));
+    expect(byKey.get('page-good')).toBeNull();
+    expect(byKey.get('page-bad')).toMatchObject({
+      revision: placed.revision,
+      position: `${placed.position.commit}/${placed.position.prepare}`,
+      readers: ['writer'],
+      error: expect.stringContaining('leaseId'),
+      firstSeen: expect.any(Number),
+    });
+    expect((await s.ledger.keyDetail('page-bad'))?.quarantine).toEqual(byKey.get('page-bad'));
+    const app = readFileSync(new URL('app.js', PAGE_DIR), 'utf8');
+    expect(app).toMatch(/quarantineBadge\(k\.quarantine\)/);
+    expect(app).toMatch(/setText\('key-quarantine'/);
+    expect(readFileSync(new URL('index.html', PAGE_DIR), 'utf8')).toContain('id="key-quarantine"');
   });
 
   it('JSON reads are not cached', async () => {

@@ -2,8 +2,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { defineJob, type JobContext } from '../../src/adapters/worker/define-job.js';
 import type { RecordedEvent } from '../../src/domain/ports/event-store.js';
-import { silentLogger } from '../../src/domain/ports/logger.js';
+import { silentLogger, type LogFn, type Logger } from '../../src/domain/ports/logger.js';
 import { keyStream } from '../../src/domain/streams.js';
+import { BAD_CASES, appendByHand } from '../support/bad-events.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 
 // In-process workers on real PostgreSQL: what a handler's outcome records in the ledger.
@@ -33,9 +34,97 @@ const until = async <T>(probe: () => Promise<T>, done: (t: T) => boolean, what: 
   }
 };
 
+interface LogLine {
+  readonly level: string;
+  readonly fields: Record<string, unknown>;
+  readonly message: string | undefined;
+}
+
+/** A logger that keeps what it is told, with its children's bindings. */
+const recordingLogger = (lines: LogLine[], bindings: Record<string, unknown> = {}): Logger => {
+  const at =
+    (level: string): LogFn =>
+    (fieldsOrMessage: object | string, message?: string) =>
+      void lines.push(typeof fieldsOrMessage === 'string' ? { level, fields: bindings, message: fieldsOrMessage } : { level, fields: { ...bindings, ...fieldsOrMessage }, message });
+  return {
+    child: (more) => recordingLogger(lines, { ...bindings, ...more }),
+    error: at('error'),
+    warn: at('warn'),
+    info: at('info'),
+    debug: at('debug'),
+    trace: at('trace'),
+  };
+};
+
 describe('worker', () => {
-  it('an unknown job name fails the job with a clear error, and the worker keeps running', async () => {
-    const worker = ledger.worker({ handlers: { known: async () => undefined } });
+  it('a job no handler here knows is given back: no attempt counted, no slot held while it waits, in the audit and the log; a worker with the handler runs it after the delay', async () => {
+    const lines: LogLine[] = [];
+    const logged = await createLedger({ pool: db.pool, migrate: false, sweepIntervalMs: 100, logger: recordingLogger(lines) });
+    try {
+      logged.start();
+      const old = logged.worker({ handlers: { known: async () => undefined }, unknownJobDelayMs: 3_000 });
+      old.start();
+      // maxAttempts 1: had the give-back cost an attempt, the job would be dead.
+      await logged.enqueue({ name: 'buildReport', key: 'rolling', limit: 1, maxAttempts: 1, jobId: 'report-1' });
+      await logged.enqueue({ name: 'known', key: 'rolling', jobId: 'known-1' });
+      await logged.enqueue({ name: 'buildReport', maxAttempts: 1, jobId: 'report-solo' });
+      const events = await until(() => eventsOf('rolling'), (es) => es.some((e) => e.type === 'JobCompleted' && e.data.jobId === 'known-1'), 'the known job to take the freed slot and complete');
+      const solo = await until(() => logged.audit({ jobId: 'report-solo' }), (a) => a.events.some((e) => e.type === 'JobScheduled'), 'the job without a key to be given back');
+      // checked before the delay is up: the job waits, scheduled, holding no slot
+      const detail = await logged.keyDetail('rolling');
+      const { state } = await logged.keyState('rolling');
+      await old.stop();
+
+      const yieldAt = events.findIndex((e) => e.type === 'JobYielded');
+      const givenBack = events[yieldAt]!;
+      const reason = `no handler for buildReport in worker ${old.workerId}`;
+      expect(givenBack.data).toMatchObject({ jobId: 'report-1', leaseId: 'report-1:1', attempts: 0, reason });
+      const retryAt = givenBack.data.retryAt as number;
+      expect(retryAt - Number(givenBack.data.at)).toBeGreaterThanOrEqual(3_000);
+      expect(retryAt - Number(givenBack.data.at)).toBeLessThanOrEqual(3_600);
+      // in the same append: the slot goes, the job is scheduled, the parked job takes the slot
+      expect(events.slice(yieldAt, yieldAt + 4).map((e) => [e.type, e.data.jobId, e.position.commit])).toEqual([
+        ['JobYielded', 'report-1', givenBack.position.commit],
+        ['SlotReleased', 'report-1', givenBack.position.commit],
+        ['JobScheduled', 'report-1', givenBack.position.commit],
+        ['JobPromoted', 'known-1', givenBack.position.commit],
+      ]);
+      expect(events[yieldAt + 1]!.data.reason).toBe('yielded');
+      expect(events[yieldAt + 2]!.data.runAt).toBe(retryAt);
+      expect(state.jobs['report-1']).toMatchObject({ status: 'scheduled', attempts: 0, lease: null, runAt: retryAt });
+      expect(detail?.holders.map((h) => h.jobId)).not.toContain('report-1');
+      expect(detail?.scheduled.map((j) => j.jobId)).toContain('report-1');
+      expect(solo.events.map((e) => e.type)).toEqual(['JobEnqueued', 'SlotAcquired', 'JobStarted', 'JobYielded', 'SlotReleased', 'JobScheduled']);
+      expect(solo.events[3]!.data).toMatchObject({ attempts: 0, reason: `no handler for buildReport in worker ${old.workerId}` });
+
+      const [first] = (await logged.audit({ key: 'rolling' })).handoffs.filter((h) => h.jobId === 'report-1');
+      expect(first).toMatchObject({ reason: 'yielded', attempt: 1, error: `${reason}; offered again at ${new Date(retryAt).toISOString()}` });
+      const warning = lines.find((l) => l.level === 'warn' && l.fields.jobId === 'report-1');
+      expect(warning?.fields).toMatchObject({ jobName: 'buildReport', known: ['known'] });
+      expect(warning?.message).toMatch(/^job report-1: no handler for job name "buildReport" in this worker \(it knows: known\); given back, offered again in \d+ ms$/);
+
+      const ran: { jobId: string; attempt: number; at: number }[] = [];
+      const next = logged.worker({ handlers: { buildReport: async (_args: unknown, ctx: JobContext) => void ran.push({ jobId: ctx.jobId, attempt: ctx.attempt, at: Date.now() }) } });
+      next.start();
+      await until(() => logged.finishedJobs(['report-1', 'report-solo']), (n) => n === 2, 'the new worker to run both jobs');
+      await next.stop();
+      expect(ran.map((r) => [r.jobId, r.attempt]).sort()).toEqual([
+        ['report-1', 1],
+        ['report-solo', 1],
+      ]);
+      expect(ran.find((r) => r.jobId === 'report-1')!.at).toBeGreaterThanOrEqual(retryAt);
+      const rerun = (await eventsOf('rolling')).filter((e) => e.type === 'JobStarted' && e.data.jobId === 'report-1').map((e) => [e.data.workerId, e.data.attempt]);
+      expect(rerun).toEqual([
+        [old.workerId, 1],
+        [next.workerId, 1],
+      ]);
+    } finally {
+      await logged.close();
+    }
+  });
+
+  it('unknownJobs "fail": an unknown job name fails the job with a clear error, and the worker keeps running', async () => {
+    const worker = ledger.worker({ handlers: { known: async () => undefined }, unknownJobs: 'fail' });
     worker.start();
     await ledger.enqueue({ name: 'mystery', key: 'unknown', limit: 1, maxAttempts: 1, jobId: 'mystery-1' });
     await ledger.enqueue({ name: 'known', key: 'unknown', limit: 1, jobId: 'known-1' });
@@ -72,6 +161,21 @@ describe('worker', () => {
     expect(Number(secondStart.data.at)).toBeGreaterThanOrEqual(retryAt);
     expect(failures[1]!.retryAt).toBeNull();
     expect(attempts).toEqual([1, 2]);
+    await worker.stop();
+  });
+
+  it('regression: a handler error with a NUL or a lone surrogate in its message is recorded (escaped), not refused by the database and left to its lease', async () => {
+    const worker = ledger.worker({
+      handlers: {
+        odd: async () => {
+          throw new Error('bad byte \u0000 and half a pair \ud800');
+        },
+      },
+    });
+    worker.start();
+    await ledger.enqueue({ name: 'odd', key: 'odd', limit: 1, maxAttempts: 1, jobId: 'odd-1' });
+    const events = await until(() => eventsOf('odd'), (es) => es.some((e) => e.type === 'JobDead'), 'the job to be recorded dead', 10_000);
+    expect(events.find((e) => e.type === 'JobFailed')?.data.error).toBe('bad byte \\u0000 and half a pair \\ud800');
     await worker.stop();
   });
 
@@ -132,6 +236,9 @@ describe('worker', () => {
   it('bad worker options are refused naming the option', () => {
     expect(() => ledger.worker({ handlers: {}, concurrency: 0 })).toThrow(/^concurrency: /);
     expect(() => ledger.worker({ handlers: {}, handoffSliceMs: -1 })).toThrow(/^handoffSliceMs: /);
+    expect(() => ledger.worker({ handlers: {}, unknownJobs: 'skip' as 'fail' })).toThrow(/^unknownJobs: must be one of give-back, fail/);
+    expect(() => ledger.worker({ handlers: {}, unknownJobDelayMs: 0 })).toThrow(/^unknownJobDelayMs: /);
+    expect(() => ledger.worker({ handlers: {}, unknownJobDelayMs: 1.5 })).toThrow(/^unknownJobDelayMs: /);
   });
 
   it('direct handoff never starts a job of another queue: that one waits for its own worker', async () => {
@@ -193,5 +300,32 @@ describe('worker', () => {
     const { state } = await ledger.keyState('graceful-b');
     // yielded, parked and promoted again at once (the key is free): no attempt counted
     expect(state.jobs['slow-1']).toMatchObject({ status: 'holding', attempts: 0 });
+  });
+});
+
+// Issue 10 part 6 as measured: a worker and the sweeper over ten keys, one of which has an event
+// appended by hand that does not decode. Then "0 of 9 jobs on healthy keys ran"; now they all run,
+// and the broken key's job waits in the queue, read once, not over and over.
+describe('a key with an event that does not decode', () => {
+  it.each(BAD_CASES)("regression (issue 10: 0 of 9 jobs on healthy keys ran): with an event of %s on one key, a worker runs the 9 healthy keys' jobs; the broken key's job waits, its message read once", async (bad) => {
+    await ledger.enqueue({ name: 'w', key: 'broken', limit: 1, jobId: 'broken-1' });
+    const placed = await appendByHand(db.pool, keyStream('broken'), bad);
+    for (let i = 0; i < 9; i++) await ledger.enqueue({ name: 'w', key: `healthy-${i}`, limit: 1, jobId: `healthy-${i}` });
+    const ran: string[] = [];
+    ledger.start();
+    const worker = ledger.worker({ handlers: { w: async (_args, ctx) => void ran.push(ctx.jobId) } });
+    worker.start();
+    try {
+      await until(async () => ran.length, (n) => n >= 9, 'the healthy jobs to run');
+      // Long enough for a worker that re-read the broken key's message at once to have read it many times.
+      await new Promise((r) => setTimeout(r, 1_000));
+      expect(ran.sort()).toEqual(Array.from({ length: 9 }, (_, i) => `healthy-${i}`).sort());
+      const { rows } = await db.pool.query<{ read_ct: number }>(`SELECT read_ct FROM queue_messages WHERE message->>'jobId' = 'broken-1'`);
+      expect(rows).toEqual([{ read_ct: 1 }]);
+      const broken = (await ledger.keys()).find((k) => k.key === 'broken');
+      expect(broken?.quarantine).toMatchObject({ revision: placed.revision, readers: ['writer'] });
+    } finally {
+      await worker.stop();
+    }
   });
 });

@@ -16,3 +16,9 @@ export const table = (head: readonly string[], rows: readonly (readonly unknown[
 };
 
 export const time = (epochMs: number | null | undefined): string => (epochMs == null ? '' : new Date(epochMs).toISOString());
+
+/**
+ * `text` on one line: control characters (a newline in a key, a NUL) as JSON escapes, so an error
+ * message quoting what the user typed stays one line.
+ */
+export const oneLine = (text: string): string => text.replace(/[\u0000-\u001f\u007f]/g, (c) => JSON.stringify(c).slice(1, -1));

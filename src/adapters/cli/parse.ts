@@ -1,11 +1,15 @@
+import * as E from 'fp-ts/lib/Either.js';
+import type * as t from 'io-ts';
 import ms from 'ms';
+import { decodeWith } from '../../domain/values.js';
 import { UsageError } from './errors.js';
 
 // Flag values as the CLI's user types them; each error names the flag.
 
 /** "30s", "5m", "1500" (ms) -> milliseconds. */
 export const duration = (flag: string) => (value: string): number => {
-  const parsed = /^\d+$/.test(value) ? Number(value) : ms(value as ms.StringValue);
+  // ms throws on an empty string instead of answering undefined.
+  const parsed = value === '' ? undefined : /^\d+$/.test(value) ? Number(value) : ms(value as ms.StringValue);
   if (typeof parsed !== 'number' || !Number.isFinite(parsed) || parsed < 0) {
     throw new UsageError(`${flag}: "${value}" is not a duration (examples: 1500, 30s, 5m, 2h)`);
   }
@@ -14,7 +18,10 @@ export const duration = (flag: string) => (value: string): number => {
 
 export const integer = (flag: string) => (value: string): number => {
   if (!/^-?\d+$/.test(value.trim())) throw new UsageError(`${flag}: "${value}" is not an integer`);
-  return Number(value);
+  const n = Number(value);
+  // Past 2^53 a number is no longer the integer typed.
+  if (!Number.isSafeInteger(n)) throw new UsageError(`${flag}: ${value.trim()} is out of range (-${Number.MAX_SAFE_INTEGER} to ${Number.MAX_SAFE_INTEGER})`);
+  return n;
 };
 
 export const json = (flag: string) => (value: string): unknown => {
@@ -30,3 +37,12 @@ export const isoTime = (flag: string) => (value: string): Date => {
   if (Number.isNaN(t)) throw new UsageError(`${flag}: "${value}" is not an ISO-8601 time (example: 2026-11-30T03:12:00Z)`);
   return new Date(t);
 };
+
+/** A value checked by a domain codec, the one the API checks it with. */
+export const checked =
+  <A>(flag: string, codec: t.Decoder<unknown, A>) =>
+  (value: string): A => {
+    const decoded = decodeWith(codec, value);
+    if (E.isLeft(decoded)) throw new UsageError(`${flag}: ${decoded.left.problem}`);
+    return decoded.right;
+  };

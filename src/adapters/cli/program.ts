@@ -1,4 +1,6 @@
-import { Command } from 'commander';
+import { Command, CommanderError } from 'commander';
+import { RefusedError, UnknownJobError, UnknownKeyError } from '../../domain/errors.js';
+import { ValidationError } from '../../domain/values.js';
 import { registerAudit } from './commands/audit.js';
 import { registerCancel } from './commands/cancel.js';
 import { registerDemo } from './commands/demo.js';
@@ -14,6 +16,8 @@ import { registerSetLimit } from './commands/set-limit.js';
 import { registerState } from './commands/state.js';
 import { registerWorker } from './commands/worker.js';
 import type { CommandContext } from './context.js';
+import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError } from './errors.js';
+import { oneLine } from './output.js';
 
 export const buildProgram = (ctx: CommandContext, version: string): Command => {
   const program = new Command('jobledger')
@@ -40,4 +44,26 @@ export const buildProgram = (ctx: CommandContext, version: string): Command => {
     register(program, ctx);
   for (const command of program.commands) command.exitOverride();
   return program;
+};
+
+/**
+ * Runs one command line (`argv` as process.argv: node, script, arguments) and returns its exit
+ * code: 0, 2 for input it cannot act on, 1 for anything else. An error is one line on stderr,
+ * never a stack trace (that goes to the debug log).
+ */
+export const runCli = async (ctx: CommandContext, version: string, argv: readonly string[]): Promise<number> => {
+  try {
+    await buildProgram(ctx, version).parseAsync([...argv]);
+    return EXIT_OK;
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // help and --version end here too, with exit code 0; commander has printed the message
+      return error.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
+    }
+    // Input the ledger cannot act on: a bad value, an unknown key or job, an action the key's state refuses.
+    const usage = error instanceof UsageError || error instanceof ValidationError || error instanceof UnknownKeyError || error instanceof UnknownJobError || error instanceof RefusedError;
+    process.stderr.write(`error: ${oneLine(error instanceof Error ? error.message : String(error))}\n`);
+    if (!usage) ctx.logger.debug({ err: error }, 'command failed');
+    return usage ? EXIT_USAGE : EXIT_FAILURE;
+  }
 };

@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import * as E from 'fp-ts/lib/Either.js';
 import * as t from 'io-ts';
-import { NonEmptyString, ValidationError, decodeWith } from '../../domain/values.js';
+import { ValidationError, decodeWith } from '../../domain/values.js';
 
 // Request bodies and query strings, checked with io-ts before any route touches the ledger: a
 // bad one is a ValidationError naming the field (400), and nothing is written.
@@ -41,9 +41,6 @@ export const IntegerString = new t.Type<number, string, unknown>(
   (u, c) => (typeof u === 'string' && /^-?\d{1,15}$/.test(u) ? t.success(Number(u)) : t.failure(u, c, 'must be an integer')),
   String,
 );
-
-/** Who an operator action is recorded as done by. */
-export const OperatorName = NonEmptyString(200);
 
 /** The `by` the body gives, else `http <client address>`: the ledger records every operator action with who did it. */
 export const operator = (request: FastifyRequest, by: string | undefined): string => by ?? `http ${request.ip}`;

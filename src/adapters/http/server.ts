@@ -1,6 +1,7 @@
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
 import { RefusedError, UnknownJobError, UnknownKeyError } from '../../domain/errors.js';
 import { silentLogger, type Logger } from '../../domain/ports/logger.js';
+import { EventDecodeError } from '../../domain/recorded.js';
 import { MAX_ARGS_BYTES, ValidationError } from '../../domain/values.js';
 import type { Queryable } from '../../projections/runner.js';
 import type { Ledger } from '../ledger.js';
@@ -30,15 +31,31 @@ export const DEFAULT_BODY_LIMIT = MAX_ARGS_BYTES + 64 * 1024;
 interface ErrorBody {
   readonly error: string;
   readonly field?: string;
+  /** A quarantined key's event that does not decode: where it is. */
+  readonly stream?: string;
+  readonly revision?: number;
+  readonly position?: string | null;
 }
 
 const statusOf = (error: unknown): number => {
   if (error instanceof ValidationError) return 400;
   if (error instanceof UnknownKeyError || error instanceof UnknownJobError) return 404;
-  if (error instanceof RefusedError) return 409;
+  if (error instanceof RefusedError || error instanceof EventDecodeError) return 409;
   const status = (error as FastifyError).statusCode;
   // Fastify's own client errors: unparsable JSON (400), body too large (413), wrong media type (415).
   return typeof status === 'number' && status >= 400 && status < 500 ? status : 500;
+};
+
+/**
+ * The JSON an error is answered with. A client error names the input at fault: a ValidationError
+ * its field, and what fastify's body parser refused (bad JSON, too large, wrong media type) `(body)`.
+ */
+const bodyOf = (error: unknown, status: number): ErrorBody => {
+  if (status >= 500) return { error: 'internal error (see the server log)' };
+  if (error instanceof ValidationError) return { error: error.message, field: error.field };
+  if (error instanceof EventDecodeError) return { error: error.message, stream: error.stream, revision: error.revision, position: error.position === null ? null : `${error.position.commit}/${error.position.prepare}` };
+  const message = (error as Error).message;
+  return (error as FastifyError).code?.startsWith('FST_ERR_CTP') ? { error: `(body): ${message}`, field: '(body)' } : { error: message };
 };
 
 /**
@@ -57,13 +74,7 @@ export const createHttpServer = async (options: HttpServerOptions): Promise<Fast
   app.setErrorHandler(async (error, request, reply) => {
     const status = statusOf(error);
     if (status >= 500) log.error({ err: error, method: request.method, url: request.url }, 'HTTP request failed');
-    const body: ErrorBody =
-      error instanceof ValidationError
-        ? { error: error.message, field: error.field }
-        : status === 400 && (error as FastifyError).code?.startsWith('FST_ERR_CTP')
-          ? { error: `(body): ${(error as Error).message}`, field: '(body)' }
-          : { error: status >= 500 ? 'internal error (see the server log)' : (error as Error).message };
-    return reply.code(status).send(body);
+    return reply.code(status).send(bodyOf(error, status));
   });
   app.setNotFoundHandler(async (request, reply) => reply.code(404).send({ error: `no route ${request.method} ${request.url.split('?')[0]}` } satisfies ErrorBody));
   registerPage(app);

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import type { DatabaseOutages } from './outage.js';
 
 type Handler = (payload: string | undefined) => void;
 
@@ -19,6 +20,8 @@ export class Notifications {
 
   constructor(
     private readonly config: pg.ClientConfig,
+    /** Told when the connection drops and when it is back (the outage's one log line each). */
+    private readonly outages?: DatabaseOutages,
     private readonly reconnectDelayMs = 1000,
   ) {}
 
@@ -54,15 +57,16 @@ export class Notifications {
     this.client = client;
     this.connected = false;
     // Called for 'error', 'end' and a failed connect alike; only the current client may reconnect.
-    const drop = (): void => {
+    const drop = (error?: Error): void => {
       if (this.client !== client) return;
+      if (error !== undefined) this.outages?.failed(error);
       this.client = undefined;
       this.connected = false;
       client.end().catch(() => undefined);
       if (this.handlers.size > 0) this.reconnectTimer = setTimeout(() => this.connect(), this.reconnectDelayMs);
     };
     client.on('error', drop);
-    client.on('end', drop);
+    client.on('end', () => drop());
     client.on('notification', (message) => {
       for (const handler of [...(this.handlers.get(message.channel) ?? [])]) handler(message.payload);
     });
@@ -73,6 +77,7 @@ export class Notifications {
         for (const channel of this.handlers.keys()) await client.query(`LISTEN ${client.escapeIdentifier(channel)}`);
         if (this.client !== client) return;
         this.connected = true;
+        this.outages?.answered();
         for (const set of [...this.handlers.values()]) for (const handler of [...set]) handler(undefined);
       })
       .catch(drop);

@@ -2,6 +2,8 @@ import * as E from 'fp-ts/lib/Either.js';
 import pg from 'pg';
 import type { CommandResult, KeyCommand } from '../../commands/key-writer.js';
 import type { Logger } from '../../domain/ports/logger.js';
+import type { Outages } from '../../domain/ports/outages.js';
+import { recheckWriterQuarantines } from '../../projections/quarantine.js';
 
 export interface SweeperOptions {
   /** Between sweeps (default 1000 ms). */
@@ -12,6 +14,8 @@ export interface SweeperOptions {
   readonly clock?: () => number;
   /** [0, 1): the retry jitter of expired started leases. */
   readonly random?: () => number;
+  /** Told of a failure the database's absence explains (logged once per outage there, not each sweep). */
+  readonly outages?: Outages;
 }
 
 /** Session advisory lock held by the one active sweeper. */
@@ -62,10 +66,11 @@ export class Sweeper {
   }
 
   private async tick(): Promise<void> {
+    const generation = this.options.outages?.generation;
     try {
       if (await this.lead()) await this.sweep();
     } catch (error) {
-      this.log.error({ err: error }, 'sweep failed; trying again next time');
+      if (!this.options.outages?.failed(error, generation)) this.log.error({ err: error }, 'sweep failed; trying again next time');
     }
   }
 
@@ -91,9 +96,10 @@ export class Sweeper {
   /**
    * One sweep: ExpireLeases on every stream with an expired started lease, AdmitDue on every
    * stream with a due job. Each stream is a submission of its own: the key writer puts them all
-   * in one transaction, and one broken or busy key holds up no other.
+   * in one transaction, and one broken or busy key holds up no other (a quarantined one fails
+   * alone). Then the key writer's quarantines are read again: those whose stream decodes now end.
    */
-  async sweep(): Promise<{ readonly expired: number; readonly admitted: number }> {
+  async sweep(): Promise<{ readonly expired: number; readonly admitted: number; readonly unquarantined: readonly string[] }> {
     const limit = this.options.batch ?? 500;
     const now = (this.options.clock ?? Date.now)();
     const random = this.options.random ?? Math.random;
@@ -106,12 +112,14 @@ export class Sweeper {
     const results: CommandResult[] = [];
     settled.forEach((r, i) => {
       if (r.status === 'fulfilled') results.push(...r.value);
-      else this.log.error({ err: r.reason, stream: commands[i]!.stream }, 'sweep of a stream failed; trying again next time');
+      else if (!this.options.outages?.failed(r.reason)) this.log.error({ err: r.reason, stream: commands[i]!.stream }, 'sweep of a stream failed; trying again next time');
     });
     const count = (type: string) => results.reduce((n, r) => n + (E.isRight(r) ? r.right.events.filter((e) => e.type === type).length : 0), 0);
     const summary = { expired: count('LeaseExpired'), admitted: count('SlotAcquired') + count('JobParked') };
     if (summary.expired + summary.admitted > 0) this.log.info(summary, 'sweeper: leases expired, due jobs admitted');
-    return summary;
+    const unquarantined = await recheckWriterQuarantines(this.pool);
+    if (unquarantined.length > 0) this.log.info({ streams: unquarantined }, 'sweeper: quarantined streams decode again: quarantine over');
+    return { ...summary, unquarantined };
   }
 
   private async streams(sql: string, now: number, limit: number): Promise<string[]> {

@@ -2,9 +2,10 @@ import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
 import * as E from 'fp-ts/lib/Either.js';
 import type { CommandResult, KeyCommand, ReadAndStart, ReadStarted, StartedJob } from '../../commands/key-writer.js';
-import type { Command } from '../../domain/commands.js';
+import { MAX_YIELD_DELAY_MS, type Command } from '../../domain/commands.js';
 import { describeDomainError } from '../../domain/errors.js';
 import type { DispatchMessage, HandedOffJob } from '../../domain/ports/ledger-store.js';
+import type { Outages } from '../../domain/ports/outages.js';
 import type { Logger } from '../../domain/ports/logger.js';
 import { ValidationError } from '../../domain/values.js';
 import type { PgQueue } from '../queue/pg-queue.js';
@@ -26,6 +27,8 @@ export interface WorkerDeps {
   /** The ledger's clock (epoch ms): decisions and the handoff slice share it. */
   readonly clock: () => number;
   readonly random: () => number;
+  /** Told of a failure the database's absence explains (logged once per outage there, not here). */
+  readonly outages: Outages;
 }
 
 export interface WorkerOptions {
@@ -51,7 +54,19 @@ export interface WorkerOptions {
    * (default 1000 ms; 0 turns direct handoff off). A key never takes more slots than its limit.
    */
   readonly handoffSliceMs?: number;
+  /**
+   * A job whose name no handler here knows: 'give-back' (default) yields it without counting the
+   * attempt, to be offered again after unknownJobDelayMs holding no slot meanwhile (a worker of a
+   * newer release, or of another service, may have the handler: a rolling deploy); 'fail' fails
+   * the attempt like a throwing handler.
+   */
+  readonly unknownJobs?: UnknownJobs;
+  /** How long a job given back waits before it is offered again (default 10 s; up to a fifth more, at random, so given-back jobs do not return in step). */
+  readonly unknownJobDelayMs?: number;
 }
+
+export const UNKNOWN_JOBS = ['give-back', 'fail'] as const;
+export type UnknownJobs = (typeof UNKNOWN_JOBS)[number];
 
 export const WORKER_DEFAULTS = {
   queue: 'default',
@@ -60,7 +75,12 @@ export const WORKER_DEFAULTS = {
   graceMs: 10_000,
   visibilityMs: 30_000,
   handoffSliceMs: 1_000,
+  unknownJobs: 'give-back',
+  unknownJobDelayMs: 10_000,
 } as const;
+
+/** The share of unknownJobDelayMs added at random to each give-back. */
+const GIVE_BACK_JITTER = 0.2;
 
 interface Running {
   /** Its queue message; null for a job started by direct handoff (it has none). */
@@ -86,7 +106,10 @@ interface Admitted extends DispatchMessage {
   readonly sliceStartedAt: number;
 }
 
-type Finish = { readonly kind: 'complete' } | { readonly kind: 'fail'; readonly error: string };
+type Finish =
+  | { readonly kind: 'complete' }
+  | { readonly kind: 'fail'; readonly error: string }
+  | { readonly kind: 'give-back'; readonly reason: string; readonly delayMs: number };
 
 /**
  * Runs admitted jobs from one dispatch queue: the key writer reads messages AND starts them in
@@ -107,6 +130,8 @@ export class Worker {
   private readonly concurrency: number;
   private readonly handoffSliceMs: number;
   private readonly handlers: ReadonlyMap<string, JobHandler>;
+  private readonly unknownJobs: UnknownJobs;
+  private readonly unknownJobDelayMs: number;
   private readonly running = new Map<string, Running>();
   /** Slots kept for a job a completion in flight may hand off to this worker. */
   private reserved = 0;
@@ -132,6 +157,14 @@ export class Worker {
     if (!Number.isFinite(slice) || slice < 0) throw new ValidationError('handoffSliceMs', 'must be a duration of 0 ms or more');
     this.handoffSliceMs = deps.directHandoff ? slice : 0;
     this.handlers = handlerTable(options.handlers);
+    this.unknownJobs = options.unknownJobs ?? WORKER_DEFAULTS.unknownJobs;
+    if (!UNKNOWN_JOBS.includes(this.unknownJobs)) throw new ValidationError('unknownJobs', `must be one of ${UNKNOWN_JOBS.join(', ')}`);
+    this.unknownJobDelayMs = options.unknownJobDelayMs ?? WORKER_DEFAULTS.unknownJobDelayMs;
+    // The jittered delay must still be one a Yield accepts.
+    const maxDelayMs = Math.floor(MAX_YIELD_DELAY_MS / (1 + GIVE_BACK_JITTER));
+    if (!Number.isSafeInteger(this.unknownJobDelayMs) || this.unknownJobDelayMs < 1 || this.unknownJobDelayMs > maxDelayMs) {
+      throw new ValidationError('unknownJobDelayMs', `must be an integer number of milliseconds from 1 to ${maxDelayMs}`);
+    }
   }
 
   /** Number of handlers running now. */
@@ -202,7 +235,7 @@ export class Worker {
           if (this.moreWaiting) continue;
         } catch (error) {
           // Nothing was started: the messages become visible again when their timeout passes.
-          this.log.error({ err: error }, 'reading and starting jobs failed; retrying');
+          if (!this.deps.outages.failed(error)) this.log.error({ err: error }, 'reading and starting jobs failed; retrying');
           await new Promise((resolve) => setTimeout(resolve, 1_000));
           continue;
         }
@@ -237,13 +270,17 @@ export class Worker {
     // Deferred a tick so `run` is registered when the handler's outcome is reported.
     await Promise.resolve();
     let finish: Finish;
-    try {
-      if (!handler) throw new Error(`no handler for job name ${JSON.stringify(name)} in this worker (it knows: ${[...this.handlers.keys()].join(', ') || 'none'})`);
-      await handler(args, { jobId: run.jobId, key: run.key, attempt, signal: run.controller.signal, log });
-      finish = { kind: 'complete' };
-    } catch (error) {
-      finish = { kind: 'fail', error: error instanceof Error ? error.message : String(error) };
-      if (!run.controller.signal.aborted) log.info({ err: error }, 'job failed');
+    if (!handler && this.unknownJobs === 'give-back') {
+      finish = this.giveBack(run, name, log);
+    } else {
+      try {
+        if (!handler) throw new Error(`no handler for job name ${JSON.stringify(name)} in this worker (it knows: ${this.knownNames()})`);
+        await handler(args, { jobId: run.jobId, key: run.key, attempt, signal: run.controller.signal, log });
+        finish = { kind: 'complete' };
+      } catch (error) {
+        finish = { kind: 'fail', error: storable(error instanceof Error ? error.message : String(error)) };
+        if (!run.controller.signal.aborted) log.info({ err: error }, 'job failed');
+      }
     }
     clearInterval(run.heartbeat);
     this.running.delete(run.leaseId);
@@ -252,7 +289,8 @@ export class Worker {
       return;
     }
     // A key's next job may come straight to this slot: keep the slot for it until the commit says.
-    const handOff = !this.stopping && run.key !== null && this.deps.clock() - run.sliceStartedAt < this.handoffSliceMs;
+    // A give-back hands nothing off: the yield's promotion goes through the queue, to whoever reads it.
+    const handOff = finish.kind !== 'give-back' && !this.stopping && run.key !== null && this.deps.clock() - run.sliceStartedAt < this.handoffSliceMs;
     if (handOff) this.reserved++;
     else this.freed();
     this.track(this.record(run, finish, handOff, log));
@@ -276,9 +314,29 @@ export class Worker {
 
   private finishCommand(run: Running, finish: Finish, handOff: boolean): Command {
     const to = handOff ? { handOffTo: { workerId: this.workerId, queue: this.queueName } } : {};
-    return finish.kind === 'complete'
-      ? { type: 'Complete', jobId: run.jobId, leaseId: run.leaseId, ...to }
-      : { type: 'Fail', jobId: run.jobId, leaseId: run.leaseId, error: finish.error, jitter: this.deps.random(), ...to };
+    switch (finish.kind) {
+      case 'complete':
+        return { type: 'Complete', jobId: run.jobId, leaseId: run.leaseId, ...to };
+      case 'fail':
+        return { type: 'Fail', jobId: run.jobId, leaseId: run.leaseId, error: finish.error, jitter: this.deps.random(), ...to };
+      case 'give-back':
+        return { type: 'Yield', jobId: run.jobId, leaseId: run.leaseId, delayMs: finish.delayMs, reason: finish.reason };
+    }
+  }
+
+  private knownNames(): string {
+    return [...this.handlers.keys()].join(', ') || 'none';
+  }
+
+  /** A job this worker has no handler for: yielded (its attempt not counted), to be offered again after the delay. */
+  private giveBack(run: Running, name: string, log: Logger): Finish {
+    const delayMs = this.unknownJobDelayMs + Math.floor(this.unknownJobDelayMs * GIVE_BACK_JITTER * this.deps.random());
+    const known = [...this.handlers.keys()];
+    log.warn(
+      { jobName: name, known, delayMs },
+      `job ${run.jobId}: no handler for job name ${JSON.stringify(name)} in this worker (it knows: ${this.knownNames()}); given back, offered again in ${delayMs} ms`,
+    );
+    return { kind: 'give-back', reason: `no handler for ${name} in worker ${this.workerId}`, delayMs };
   }
 
   /** The job a completion started here by direct handoff: run it in the slot kept for it (at shutdown, give it back). */
@@ -344,3 +402,11 @@ const admittedFrom = (s: StartedJob): Admitted => ({
   leaseMs: s.started.expiresAt - s.started.at,
   sliceStartedAt: s.started.at,
 });
+
+/**
+ * A handler's error message as the ledger can store it: PostgreSQL refuses NUL and lone
+ * surrogates, and a Fail it refused would leave the job to its lease's expiry. Written as escapes,
+ * so the message still says what it said.
+ */
+const storable = (message: string): string =>
+  message.replace(/\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);

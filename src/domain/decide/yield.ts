@@ -2,18 +2,28 @@ import type { CommandOf } from '../commands.js';
 import { accept, leaseHolder, refuse, type Decision, type Outcome } from './decision.js';
 
 /**
- * Graceful shutdown gives the slot back without burning the attempt. The job waits in line again
- * with its priority and enqueue order and is promoted like any other (solid_queue #735 returned
- * jobs to the queue without their slot, bypassing the limit).
+ * The slot goes back without burning the attempt (solid_queue #735 returned jobs to the queue
+ * without their slot, bypassing the limit). At graceful shutdown the job waits in line again with
+ * its priority and enqueue order and is promoted like any other; given back with a delay (no
+ * handler for it in that worker), it is scheduled, holding no slot, so the key's other jobs take
+ * the slot meanwhile and the job is admitted again when due, as a retry is.
  */
 export const yieldSlot = (c: CommandOf<'Yield'>, d: Decision): Outcome => {
   const { job, error } = leaseHolder(d, c.jobId, c.leaseId);
   if (error) return refuse(error);
   // The attempt goes back only if this lease was started (a yield of an unstarted admission burned none).
   const attempts = job.lease?.workerId != null ? job.attempts - 1 : job.attempts;
-  d.emit('JobYielded', { jobId: c.jobId, leaseId: c.leaseId, attempts });
+  const retryAt = c.delayMs === undefined ? undefined : d.now + c.delayMs;
+  d.emit('JobYielded', {
+    jobId: c.jobId,
+    leaseId: c.leaseId,
+    attempts,
+    ...(c.reason === undefined ? {} : { reason: c.reason }),
+    ...(retryAt === undefined ? {} : { retryAt }),
+  });
   d.release(job, 'yielded');
-  d.emit('JobParked', { jobId: c.jobId });
+  if (retryAt === undefined) d.emit('JobParked', { jobId: c.jobId });
+  else d.emit('JobScheduled', { jobId: c.jobId, runAt: retryAt });
   d.fillSlots();
   return accept(d);
 };

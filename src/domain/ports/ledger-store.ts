@@ -1,4 +1,5 @@
 import type { KeyEvent } from '../events.js';
+import type { EventDecodeError } from '../recorded.js';
 import type { GlobalPosition, JsonObject, RecordedEvent, Snapshot, StreamAppend, StreamRevision } from './event-store.js';
 
 // The key writer's port: one transaction that reads dispatch messages, locks the streams it is
@@ -76,6 +77,14 @@ export interface Commit {
   readonly archive?: readonly string[];
   /** Messages read in this transaction that it leaves for a later one: visible again at once. */
   readonly release?: readonly string[];
+  /**
+   * Messages read in this transaction whose stream it could not read (an event that does not
+   * decode): visible again after `ms`, not at once, so they wait for the stream to be fixed
+   * instead of being read by every flush.
+   */
+  readonly delay?: { readonly msgIds: readonly string[]; readonly ms: number };
+  /** The streams the flush stopped at, and why: recorded as the key writer's quarantines, in this transaction. */
+  readonly quarantine?: readonly EventDecodeError[];
   readonly snapshots?: readonly Snapshot[];
   /** Report where each written event sits (positionOf); a flush needs none. */
   readonly positions?: boolean;
@@ -113,6 +122,8 @@ export interface LedgerStore {
   begin(): Promise<WriteTransaction>;
   /** Whether this exact event is recorded: a commit is all or nothing, so one event of it says whether it landed. */
   recorded(probe: EventProbe): Promise<boolean>;
+  /** What a worker needs to run these jobs: what a commit's answer carries for those it hands off, read again when that answer was lost. */
+  handedOffJobs(jobIds: readonly string[]): Promise<readonly HandedOffJob[]>;
 }
 
 /** The transaction failed for a reason that says nothing about the commands (deadlock, a stream created concurrently, a lost connection): run it again. */

@@ -6,8 +6,10 @@ import type { Handoff } from '../../../domain/audit.js';
 import { holders } from '../../../domain/key-state.js';
 import { keyStream } from '../../../domain/streams.js';
 import type { Ledger } from '../../ledger.js';
+import { MAX_PAGE, type JobStatus } from '../../postgres/queries/list-jobs.js';
 import type { JobContext } from '../../worker/define-job.js';
 import { withLedger, type CommandContext } from '../context.js';
+import { UsageError } from '../errors.js';
 import { print, table } from '../output.js';
 import { integer } from '../parse.js';
 import { progress } from '../progress.js';
@@ -19,28 +21,40 @@ import { progress } from '../progress.js';
 // number of handlers that really ran at once (timed in the handlers themselves) against the
 // limit, handoffs, retries and the longest park; then the audit of one key, from the ledger.
 // Exits 1 if a key ever ran more handlers at once than its limit.
+//
+// The demo keeps to its own queue and keys, so that it never runs, sweeps or counts anyone else's
+// jobs; on a database holding unfinished jobs that are not its own it runs only when told --force.
 
-export const DEMO_KEYS = [
-  { key: 'tenant:acme', limit: 1 },
-  { key: 'tenant:globex', limit: 2 },
-  { key: 'tenant:initech', limit: 3 },
-  { key: 'tenant:umbrella', limit: 1 },
-  { key: 'api:stripe', limit: 3 },
-  { key: 'api:github', limit: 2 },
-  { key: 'api:slack', limit: 1 },
-  { key: 'report:nightly', limit: 1 },
-  { key: 'report:weekly', limit: 2 },
-  { key: 'export:s3', limit: 3 },
-  { key: 'import:csv', limit: 2 },
-  { key: 'email:bulk', limit: 3 },
-] as const;
+export const DEMO_QUEUE = 'jobledger-demo';
+export const DEMO_KEY_PREFIX = 'demo:';
+
+export const DEMO_KEYS = (
+  [
+    ['tenant:acme', 1],
+    ['tenant:globex', 2],
+    ['tenant:initech', 3],
+    ['tenant:umbrella', 1],
+    ['api:stripe', 3],
+    ['api:github', 2],
+    ['api:slack', 1],
+    ['report:nightly', 1],
+    ['report:weekly', 2],
+    ['export:s3', 3],
+    ['import:csv', 2],
+    ['email:bulk', 3],
+  ] as const
+).map(([name, limit]) => ({ key: `${DEMO_KEY_PREFIX}${name}`, limit }));
+
+/** The most jobs a run may have: they must finish well within DEADLINE_MS. */
+export const MAX_DEMO_JOBS = 2_000;
 
 /** The key whose audit is shown: the crashed worker's job and a retry after a failure are on it. */
-const AUDITED = DEMO_KEYS[0];
+const AUDITED = DEMO_KEYS[0]!;
 const CRASHED_WORKER = 'worker-that-crashed';
 const SILENT_LEASE_MS = 1_000;
 const SCHEDULED_DELAY_MS = 3_000;
 const DEADLINE_MS = 50_000;
+const SWEEP_MS = 200;
 
 const sleep = (msToWait: number) => new Promise<void>((resolve) => setTimeout(resolve, msToWait));
 
@@ -118,6 +132,7 @@ const plan = (run: string, jobs: number) =>
       args: { ms: 20 + ((i * 37) % 100) },
       key,
       limit,
+      queue: DEMO_QUEUE,
       jobId: `${run}-${String(i).padStart(3, '0')}`,
       priority: i % 7 === 0 ? -1 : 0,
       ...(i === SCHEDULED ? { delayMs: SCHEDULED_DELAY_MS } : {}),
@@ -132,7 +147,7 @@ const plan = (run: string, jobs: number) =>
  */
 const crashAfterStart = async (ledger: Ledger, run: string, note: (line: string) => void): Promise<string | null> => {
   const jobId = `${run}-crashed`;
-  const { status } = await ledger.enqueue({ name: 'work', args: { ms: 30 }, key: AUDITED.key, limit: AUDITED.limit, leaseMs: SILENT_LEASE_MS, jobId }, { by: 'demo' });
+  const { status } = await ledger.enqueue({ name: 'work', args: { ms: 30 }, key: AUDITED.key, limit: AUDITED.limit, queue: DEMO_QUEUE, leaseMs: SILENT_LEASE_MS, jobId }, { by: 'demo' });
   const lease = holders((await ledger.keyState(AUDITED.key)).state).find((j) => j.jobId === jobId)?.lease;
   if (status !== 'acquired' || !lease) {
     note(`${AUDITED.key} is full (jobs left by an interrupted run?): no crashed worker this time`);
@@ -143,15 +158,86 @@ const crashAfterStart = async (ledger: Ledger, run: string, note: (line: string)
   return jobId;
 };
 
-const runDemo = async (ledger: Ledger, jobs: number, note: (line: string) => void): Promise<DemoResult> => {
+const UNFINISHED: readonly JobStatus[] = ['scheduled', 'parked', 'holding', 'running'];
+
+const isOwn = (job: { readonly queue: string; readonly key: string | null }): boolean =>
+  job.queue === DEMO_QUEUE && job.key !== null && job.key.startsWith(DEMO_KEY_PREFIX);
+
+/** The database's unfinished jobs that are not the demo's, counted by queue (read models). */
+const foreignJobs = async (ledger: Ledger): Promise<Map<string, number>> => {
+  const byQueue = new Map<string, number>();
+  for (const status of UNFINISHED) {
+    let cursor: string | null = null;
+    do {
+      const page = await ledger.jobs({ status, limit: MAX_PAGE, ...(cursor === null ? {} : { cursor }) });
+      for (const job of page.jobs) if (!isOwn(job)) byQueue.set(job.queue, (byQueue.get(job.queue) ?? 0) + 1);
+      cursor = page.nextCursor;
+    } while (cursor !== null);
+  }
+  return byQueue;
+};
+
+/** Refuses (exit 2) a database holding jobs that are not the demo's, unless forced; with --force it only says so. */
+const checkIsolation = async (ledger: Ledger, force: boolean, note: (line: string) => void): Promise<void> => {
+  const foreign = await foreignJobs(ledger);
+  if (foreign.size === 0) return;
+  const n = [...foreign.values()].reduce((a, b) => a + b, 0);
+  const found = `this database holds ${n} unfinished job${n === 1 ? '' : 's'} that are not the demo's (${[...foreign].map(([queue, count]) => `${count} on queue ${queue}`).join(', ')})`;
+  const own = `its own queue ${DEMO_QUEUE} and keys ${DEMO_KEY_PREFIX}*`;
+  if (!force) {
+    throw new UsageError(
+      `demo: ${found}; run it on a database of its own (unset DATABASE_URL for the embedded PostgreSQL, or point it at an empty database), or pass --force to run beside them (it uses only ${own})`,
+    );
+  }
+  // The ledger's sweeper sweeps every key; with async projections the demo cannot run without it.
+  if (ledger.projectionMode === 'async') {
+    throw new UsageError(`demo: ${found}, and it is projected asynchronously: the demo would need the ledger's sweeper, which sweeps every key; run it on a database of its own`);
+  }
+  note(`demo: --force: ${found}; they are left alone (the demo uses only ${own})`);
+};
+
+/**
+ * Expires silent leases and admits due jobs on the demo's keys only, every SWEEP_MS: the ledger's
+ * sweeper (ledger.start()) does it for every key of the database. With async projections the
+ * ledger's start() is needed for the projection runners anyway, and its sweeper does this.
+ */
+const sweepOwnKeys = (ledger: Ledger, note: (line: string) => void): { stop(): Promise<void> } => {
+  if (ledger.projectionMode === 'async') {
+    ledger.start();
+    return { stop: async () => undefined };
+  }
+  let stopped = false;
+  const loop = (async () => {
+    while (!stopped) {
+      await ledger
+        .executeMany(
+          DEMO_KEYS.flatMap(({ key }) => [
+            { stream: keyStream(key), command: { type: 'ExpireLeases', jitter: Math.random() } as const, metadata: { by: 'demo sweeper' } },
+            { stream: keyStream(key), command: { type: 'AdmitDue' } as const, metadata: { by: 'demo sweeper' } },
+          ]),
+        )
+        .catch((error: unknown) => note(`demo: sweeping its keys failed, trying again: ${(error as Error).message}`));
+      await sleep(SWEEP_MS);
+    }
+  })();
+  return {
+    stop: async () => {
+      stopped = true;
+      await loop;
+    },
+  };
+};
+
+const runDemo = async (ledger: Ledger, jobs: number, force: boolean, note: (line: string) => void): Promise<DemoResult> => {
+  await checkIsolation(ledger, force, note);
   const run = randomUUID().slice(0, 8);
   const started = Date.now();
   const runs: TimedRun[] = [];
   const crashed = await crashAfterStart(ledger, run, note);
   const handlers = timedHandlers(runs);
-  const workers = [ledger.worker({ handlers, concurrency: 6 }), ledger.worker({ handlers, concurrency: 6 })];
+  const workers = [ledger.worker({ handlers, concurrency: 6, queue: DEMO_QUEUE }), ledger.worker({ handlers, concurrency: 6, queue: DEMO_QUEUE })];
   for (const w of workers) w.start();
-  ledger.start();
+  const sweeper = sweepOwnKeys(ledger, note);
   const inputs = plan(run, jobs);
   const enqueued = await ledger.enqueueMany(inputs, { by: 'demo' });
   const count = (s: string) => enqueued.filter((e) => e.status === s).length;
@@ -168,6 +254,7 @@ const runDemo = async (ledger: Ledger, jobs: number, note: (line: string) => voi
   } finally {
     bar.stop();
     await Promise.all(workers.map((w) => w.stop(1_000)));
+    await sweeper.stop();
   }
   if (finished < ids.length) throw new Error(`demo: ${ids.length - finished} of ${ids.length} jobs unfinished after ${ms(DEADLINE_MS)}`);
 
@@ -259,6 +346,12 @@ const human = (r: DemoResult): string => {
   ].join('\n');
 };
 
+const jobCount = (value: string): number => {
+  const n = integer('--jobs')(value);
+  if (n < 1 || n > MAX_DEMO_JOBS) throw new UsageError(`--jobs: "${value}" is not from 1 to ${MAX_DEMO_JOBS}`);
+  return n;
+};
+
 export const registerDemo = (program: Command, ctx: CommandContext): void => {
   program
     .command('demo')
@@ -266,10 +359,11 @@ export const registerDemo = (program: Command, ctx: CommandContext): void => {
       'run a realistic workload in this process (two workers, the sweeper, retries, a job scheduled for later, a worker that crashes holding a slot), ' +
         'then show per key the largest overlap seen against its limit, and the audit of one key; exits 1 if a limit was ever exceeded',
     )
-    .option('--jobs <n>', 'how many jobs (besides the crashed worker\'s)', integer('--jobs'), 300)
+    .option('--jobs <n>', `how many jobs (besides the crashed worker's), 1 to ${MAX_DEMO_JOBS}`, jobCount, 300)
+    .option('--force', `run even if the database holds jobs that are not the demo's (it still uses only its queue ${DEMO_QUEUE} and its keys ${DEMO_KEY_PREFIX}*)`)
     .option('--json', 'machine-readable output')
-    .action(async (flags: { jobs: number; json?: boolean }) => {
-      const result = await withLedger(ctx, (ledger) => runDemo(ledger, flags.jobs, ctx.note), { sweepIntervalMs: 200, poolSize: 10 });
+    .action(async (flags: { jobs: number; force?: boolean; json?: boolean }) => {
+      const result = await withLedger(ctx, (ledger) => runDemo(ledger, flags.jobs, flags.force === true, ctx.note), { sweepIntervalMs: SWEEP_MS, poolSize: 10 });
       print({ json: flags.json === true }, result, () => human(result));
       const over = result.keys.filter((k) => k.largestOverlap > k.limit);
       if (over.length > 0) throw new Error(`demo: ${over.map((k) => `${k.key} ran ${k.largestOverlap} handlers at once, over its limit of ${k.limit}`).join('; ')}`);

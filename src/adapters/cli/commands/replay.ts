@@ -3,6 +3,7 @@ import pg from 'pg';
 import { createDispatcher } from '../../../projections/dispatcher.js';
 import type { Projection } from '../../../projections/projection.js';
 import { createReadModelProjections } from '../../../projections/read-models.js';
+import { EventDecodeError } from '../../../domain/recorded.js';
 import { NotRebuildableError, rebuild, rebuildSpec } from '../../../projections/rebuild.js';
 import { verify, type RowDifference } from '../../../projections/verify.js';
 import { migrate } from '../../postgres/migrations.js';
@@ -105,6 +106,10 @@ export const registerReplay = (program: Command, ctx: CommandContext): void => {
                 const { events } = await rebuild(pool, projection, { onProgress });
                 out.push({ projection: projection.name, verified: false, events, ms: Date.now() - started, rows: await rowCounts(pool, rebuildSpec(projection).tables) });
               }
+            } catch (error) {
+              // A rebuild is one transaction: it stops at an undecodable event and leaves the read models as they were.
+              if (error instanceof EventDecodeError) throw new Error(`${projection.name}: ${error.message}; nothing was ${verifying ? 'compared' : 'rebuilt'} (fix the event, or use a release that reads it)`, { cause: error });
+              throw error;
             } finally {
               bar.stop();
             }

@@ -49,7 +49,7 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
       const pool = createPool({ databaseUrl: db.url, poolSize: 6, logger: ctx.logger });
       try {
         // Without the flag, the database's own mode (ledger_settings): serve runs whichever runners it needs.
-        const ledger = await createLedger({ pool, logger: ctx.logger, ...(flags.asyncProjections === true ? { inlineProjections: false } : {}) });
+        const ledger = await createLedger({ pool, logger: ctx.logger, waitForDatabaseMs: Number.POSITIVE_INFINITY, ...(flags.asyncProjections === true ? { inlineProjections: false } : {}) });
         try {
           ledger.start();
           const server = await createHttpServer({ ledger, db: pool, token, loopbackOnly: isLoopback(flags.host), logger: ctx.logger.child({ component: 'http' }) });

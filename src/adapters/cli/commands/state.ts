@@ -2,16 +2,17 @@ import type { Command } from 'commander';
 import { keyStateAt } from '../../../commands/key-state-at.js';
 import { holders, jobsIn, parkedInOrder } from '../../../domain/key-state.js';
 import { keyStream } from '../../../domain/streams.js';
+import { Key } from '../../../domain/values.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { UsageError } from '../errors.js';
 import { print, table, time } from '../output.js';
-import { integer, isoTime } from '../parse.js';
+import { checked, integer, isoTime } from '../parse.js';
 
 export const registerState = (program: Command, ctx: CommandContext): void => {
   program
     .command('state')
     .description("a key's state folded from its stream: now, at a past moment (--at) or after a revision (--revision)")
-    .requiredOption('--key <key>', 'concurrency key')
+    .requiredOption('--key <key>', 'concurrency key', checked('--key', Key))
     .option('--at <iso>', 'as it was at this time', isoTime('--at'))
     .option('--revision <n>', 'as it was after this stream revision', integer('--revision'))
     .option('--json', 'machine-readable output')

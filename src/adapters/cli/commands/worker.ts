@@ -1,5 +1,7 @@
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import { loadHandlers } from '../../worker/load-handlers.js';
+import { UNKNOWN_JOBS, WORKER_DEFAULTS, type UnknownJobs } from '../../worker/worker.js';
+import { asUsage } from '../errors.js';
 import { openDatabase } from '../database.js';
 import type { CommandContext } from '../context.js';
 import { createLedger } from '../../ledger.js';
@@ -14,6 +16,8 @@ interface WorkerFlags {
   visibility?: number;
   heartbeat: boolean;
   handoffSlice?: number;
+  unknownJobs: UnknownJobs;
+  unknownJobDelay?: number;
 }
 
 export const registerWorker = (program: Command, ctx: CommandContext): void => {
@@ -27,19 +31,35 @@ export const registerWorker = (program: Command, ctx: CommandContext): void => {
     .option('--sweeper', 'also run the sweeper (lease expiry, due jobs); one instance leads at a time')
     .option('--visibility <duration>', 'how long a message read but not yet started stays invisible to other workers', duration('--visibility'))
     .option('--handoff-slice <duration>', "how long a handler slot keeps starting its key's next job directly before that goes through the queue (0: no direct handoff)", duration('--handoff-slice'))
+    .addOption(
+      new Option('--unknown-jobs <what>', 'a job whose name no handler here knows: give it back (its attempt not counted, offered again later) or fail the attempt')
+        .choices(UNKNOWN_JOBS)
+        .default(WORKER_DEFAULTS.unknownJobs),
+    )
+    .option('--unknown-job-delay <duration>', `how long a job given back waits before it is offered again (default ${WORKER_DEFAULTS.unknownJobDelayMs / 1000}s, plus up to a fifth at random)`, duration('--unknown-job-delay'))
     .option('--no-heartbeat', 'do not renew leases (for testing lease fencing: a lease then lapses under a live handler)')
     .action(async (flags: WorkerFlags) => {
       const handlers = await loadHandlers(flags.handlers);
       const db = await openDatabase((line) => ctx.logger.debug({ embedded: line }));
-      const ledger = await createLedger({ databaseUrl: db.url, logger: ctx.logger });
-      const worker = ledger.worker({
+      const ledger = await createLedger({ databaseUrl: db.url, logger: ctx.logger, waitForDatabaseMs: Number.POSITIVE_INFINITY });
+      const options = {
         handlers,
         heartbeat: flags.heartbeat,
+        unknownJobs: flags.unknownJobs,
         ...(flags.queue ? { queue: flags.queue } : {}),
-        ...(flags.concurrency ? { concurrency: flags.concurrency } : {}),
+        ...(flags.concurrency !== undefined ? { concurrency: flags.concurrency } : {}),
         ...(flags.visibility !== undefined ? { visibilityMs: flags.visibility } : {}),
         ...(flags.handoffSlice !== undefined ? { handoffSliceMs: flags.handoffSlice } : {}),
-      });
+        ...(flags.unknownJobDelay !== undefined ? { unknownJobDelayMs: flags.unknownJobDelay } : {}),
+      };
+      let worker;
+      try {
+        worker = ledger.worker(options);
+      } catch (error) {
+        await ledger.close();
+        await db.close();
+        return asUsage({ concurrency: '--concurrency', handoffSliceMs: '--handoff-slice', unknownJobs: '--unknown-jobs', unknownJobDelayMs: '--unknown-job-delay' })(error);
+      }
       worker.start();
       if (flags.sweeper) ledger.start();
       ctx.note(`worker ${worker.workerId} reading queue ${flags.queue} (concurrency ${flags.concurrency})`);

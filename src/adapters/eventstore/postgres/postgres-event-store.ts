@@ -15,7 +15,8 @@ import {
   type Subscription,
 } from '../../../domain/ports/event-store.js';
 import { KEY_STATE_SCHEMA_VERSION } from '../../../domain/key-state.js';
-import { TransientWriteError, type EventProbe, type LedgerStore } from '../../../domain/ports/ledger-store.js';
+import { TransientWriteError, type EventProbe, type HandedOffJob, type LedgerStore } from '../../../domain/ports/ledger-store.js';
+import { HANDED_OFF_SQL } from '../../../projections/dispatcher.js';
 import type { Projection } from '../../../projections/projection.js';
 import { Notifications } from '../../postgres/listener.js';
 import { PollingSubscription } from './polling-subscription.js';
@@ -69,6 +70,10 @@ export class PostgresEventStore implements EventStore, LedgerStore {
     // By primary key: the event id alone would need an index on every event's id.
     const { rows } = await this.pool.query('SELECT 1 FROM events WHERE stream = $1 AND stream_revision = $2 AND event_id = $3::uuid', [probe.stream, probe.revision, probe.eventId]);
     return rows.length > 0;
+  }
+
+  async handedOffJobs(jobIds: readonly string[]): Promise<readonly HandedOffJob[]> {
+    return (await this.pool.query<HandedOffJob>(HANDED_OFF_SQL, [jobIds])).rows;
   }
 
   async append(stream: string, expected: ExpectedRevision, events: readonly EventToAppend[]): Promise<AppendResult> {

@@ -23,9 +23,12 @@ import {
   type WriteTransaction,
 } from '../../../domain/ports/ledger-store.js';
 import { decodeRecorded } from '../../../domain/recorded.js';
+import { upcasters } from '../../../domain/upcasters.js';
 import type { ProjectedEvent, Projection, Statement } from '../../../projections/projection.js';
 import { keyOfStream } from '../../../projections/projection.js';
+import { WRITER, quarantineOf, recordQuarantines, type Quarantine } from '../../../projections/quarantine.js';
 import { projectAll, statementName } from '../../../projections/runner.js';
+import { isConnectionError } from '../../postgres/outage.js';
 import { dispatchQueue, readStatement } from '../../queue/pg-queue.js';
 import { EVENT_COLUMNS, EVENTS_CHANNEL, toRecordedEvent, type EventRow } from './event-rows.js';
 
@@ -154,9 +157,10 @@ export class PgWriteTransaction implements WriteTransaction {
       append.events.forEach((e, i) => {
         const revision = base + 1 + i;
         const eventId = e.eventId ?? randomUUID();
-        wire.push({ stream: append.stream, revision, type: e.type, data: e.data, metadata: e.metadata ?? {}, event_id: eventId });
+        const metadata = upcasters.stamp(e.type, e.metadata ?? {});
+        wire.push({ stream: append.stream, revision, type: e.type, data: e.data, metadata, event_id: eventId });
         if (!handled) return;
-        const event = append.decided?.[i] ?? decodeRecorded({ stream: append.stream, revision, type: e.type, data: e.data } as RecordedEvent);
+        const event = append.decided?.[i] ?? decodeRecorded({ stream: append.stream, revision, type: e.type, data: e.data, metadata });
         projected.push({ event: event as KeyEvent, stream: append.stream, revision, key, commit: this.xid ?? 0n });
       });
     }
@@ -164,6 +168,10 @@ export class PgWriteTransaction implements WriteTransaction {
     statements.push(...projectAll(this.options.inline, projected));
     if (commit.archive?.length) statements.push(dispatchQueue.archive(commit.archive));
     if (commit.release?.length) statements.push(dispatchQueue.setVisibility(commit.release.map((msgId) => ({ msgId, ms: 0 }))));
+    const delay = commit.delay;
+    if (delay !== undefined && delay.msgIds.length > 0) statements.push(dispatchQueue.setVisibility(delay.msgIds.map((msgId) => ({ msgId, ms: delay.ms }))));
+    const quarantined = (commit.quarantine ?? []).map(quarantineOf).filter((q): q is Quarantine => q !== undefined);
+    if (quarantined.length > 0) statements.push(recordQuarantines(WRITER, quarantined));
     if (commit.snapshots?.length) {
       statements.push({
         text: SAVE_SNAPSHOTS_SQL,
@@ -216,7 +224,7 @@ export class PgWriteTransaction implements WriteTransaction {
       settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     // No statement was refused, yet an answer is missing: the COMMIT may have landed or not.
     if (failed && ending && !settled.some((r) => r.status === 'rejected' && isPgError(r.reason))) throw new CommitOutcomeUnknownError(String((failed.reason as Error)?.message ?? failed.reason));
-    if (failed) throw mapError(failed.reason);
+    if (failed) throw mapError(named(failed.reason, all[settled.indexOf(failed)]));
     return settled.slice(all.length - statements.length).map((r) => (r as PromiseFulfilledResult<pg.QueryResult>).value);
   }
 
@@ -266,18 +274,24 @@ const byName = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 const isPgError = (error: unknown): error is pg.DatabaseError => error instanceof Error && 'code' in error && 'severity' in error;
 const isAbortedTransaction = (error: unknown): boolean => isPgError(error) && error.code === '25P02';
 
+/** Labels a statement's error with the statement (its first words), for the log line that reports it. */
+const named = (reason: unknown, statement: Statement | undefined): unknown => {
+  if (reason instanceof Error && statement !== undefined && !('query' in reason)) Object.assign(reason, { query: statement.text.replace(/\s+/g, ' ').trim().slice(0, 60) });
+  return reason;
+};
+
 /** What a failed statement means to the writer: run again, a duplicate job id, or the error itself. */
 const mapError = (error: unknown): unknown => {
   if (!isPgError(error)) {
     // The connection went away (a restart, a network cut): nothing was committed, or the COMMIT's
     // answer was lost. Either way a new transaction re-reads the streams and decides again.
-    return error instanceof Error && /Connection terminated|ECONNRESET|EPIPE|not queryable|ECONNREFUSED/.test(error.message) ? new TransientWriteError(error.message) : error;
+    return isConnectionError(error) ? new TransientWriteError((error as Error).message, { cause: error }) : error;
   }
   // deadlock_detected, serialization_failure, or a stream another transaction created first;
   // class 57P (the server shutting down or restarting: admin_shutdown, crash_shutdown,
   // cannot_connect_now) and class 08 (connection exceptions) end the session, not the flush.
   if (error.code === '40P01' || error.code === '40001' || (error.code === '23505' && error.constraint === 'streams_pkey')) return new TransientWriteError(error.message);
-  if (error.code?.startsWith('57P') || error.code?.startsWith('08')) return new TransientWriteError(error.message);
+  if (isConnectionError(error)) return new TransientWriteError(error.message, { cause: error });
   // WRITE_SQL's expected-revision check: a stream that had moved on gets no claimed row.
   if (error.code === '23502' && error.column === 'stream_revision') return new StaleStateError(error.message);
   if (error.code === '23505' && error.constraint === 'events_event_id_key') {

@@ -176,6 +176,16 @@ const keyHref = (key) => `#key=${encodeURIComponent(key)}`;
 
 const leaseBadge = (leaseState) => el('span', { className: `badge lease-${leaseState}` }, leaseState);
 
+// A key with an event that does not decode: its commands are refused and its jobs wait until the
+// event is fixed (or a release reads it); the next successful read ends the quarantine.
+const quarantineBadge = (q) =>
+  q ? el('span', { className: 'badge quarantined-badge', title: `revision ${q.revision} (position ${q.position}): ${q.error}` }, 'quarantined') : null;
+
+const quarantineText = (q) =>
+  `Quarantined since ${clock(q.firstSeen)}: the event at revision ${q.revision} (global position ${q.position}) does not decode — ${q.error}. ` +
+  `Stopped at it: ${q.readers.join(', ')}. Its commands are refused and its jobs wait; what is shown is the key before that event. ` +
+  'The quarantine ends by itself once the event decodes (fixed, or read by a release that knows its type).';
+
 const renderKeys = () => {
   const filter = state.filter.toLowerCase();
   const rows = state.keys
@@ -187,7 +197,7 @@ const renderKeys = () => {
       el(
         'tr',
         { className: k.atLimit ? 'at-limit' : undefined, dataset: { key: k.key } },
-        el('td', { dataset: { label: 'Key' } }, el('a', { href: keyHref(k.key), className: 'key-link' }, k.key)),
+        el('td', { dataset: { label: 'Key' } }, el('a', { href: keyHref(k.key), className: 'key-link' }, k.key), quarantineBadge(k.quarantine)),
         el('td', { dataset: { label: 'In use / limit' } }, el('span', { className: 'use' }, `${k.inUse} / ${k.limit}`), k.atLimit ? el('span', { className: 'badge at-limit-badge' }, 'at limit') : null),
         el('td', { dataset: { label: 'Lease' } }, leaseBadge(k.leaseState)),
         el('td', { dataset: { label: 'Parked' }, className: 'num' }, String(k.parked)),
@@ -350,6 +360,8 @@ const renderHandoffs = (detail) => {
 const renderDetail = (detail) => {
   $('key-missing').hidden = true;
   $('key-body').hidden = false;
+  $('key-quarantine').hidden = detail.quarantine === null;
+  setText('key-quarantine', detail.quarantine === null ? '' : quarantineText(detail.quarantine));
   setText('key-summary', `${detail.holders.length} / ${detail.limit} slots held · ${detail.parked.length} parked · ${detail.scheduled.length} scheduled · lease ${duration(detail.leaseMs)}`);
   const limit = $('limit-input');
   if (document.activeElement !== limit) limit.value = String(detail.limit);
@@ -385,6 +397,7 @@ const refresh = async () => {
         if (!(error instanceof ApiError) || error.status !== 404) throw error;
         detail = null;
         $('key-missing').hidden = false;
+        $('key-quarantine').hidden = true;
         $('key-body').hidden = true;
         setText('key-summary', '');
       }

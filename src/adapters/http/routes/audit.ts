@@ -1,9 +1,9 @@
 import type { FastifyInstance } from 'fastify';
-import { Key, NonEmptyString, ValidationError } from '../../../domain/values.js';
+import { JobId, Key, ValidationError } from '../../../domain/values.js';
 import type { Ledger } from '../../ledger.js';
 import { closedObject, decodeInput } from '../input.js';
 
-const AuditQuery = closedObject({}, { key: Key, job: NonEmptyString(200) });
+const AuditQuery = closedObject({}, { key: Key, job: JobId });
 
 export const registerAuditRoutes = (app: FastifyInstance, ledger: Ledger): void => {
   /** Every slot handoff of a key (or of one job) and the events behind them, read from the ledger. */

@@ -1,13 +1,13 @@
 import type { FastifyInstance } from 'fastify';
 import * as t from 'io-ts';
 import type { EnqueueInput } from '../../../commands/enqueue.js';
-import { Key, NonEmptyString } from '../../../domain/values.js';
+import { Actor, JobId, Key, Text } from '../../../domain/values.js';
 import { JobStatus } from '../../postgres/queries/list-jobs.js';
 import type { Ledger } from '../../ledger.js';
-import { closedObject, decodeInput, IntegerString, operator, OperatorName, VIA } from '../input.js';
+import { closedObject, decodeInput, IntegerString, operator, VIA } from '../input.js';
 
-const JobsQuery = closedObject({}, { key: Key, status: JobStatus, limit: IntegerString, cursor: t.string });
-const CancelBody = closedObject({ jobId: NonEmptyString(200) }, { by: OperatorName });
+const JobsQuery = closedObject({}, { key: Key, status: JobStatus, limit: IntegerString, cursor: Text });
+const CancelBody = closedObject({ jobId: JobId }, { by: Actor });
 
 /**
  * The enqueue body's fields: EnqueueInput's, checked by the ledger's own io-ts codec
@@ -27,7 +27,7 @@ const ENQUEUE_FIELDS: Record<keyof EnqueueInput, true> = {
   queue: true,
   jobId: true,
 };
-const EnqueueBody = closedObject({}, { ...Object.fromEntries(Object.keys(ENQUEUE_FIELDS).map((f) => [f, t.unknown])), by: OperatorName });
+const EnqueueBody = closedObject({}, { ...Object.fromEntries(Object.keys(ENQUEUE_FIELDS).map((f) => [f, t.unknown])), by: Actor });
 
 export const registerJobRoutes = (app: FastifyInstance, ledger: Ledger): void => {
   /** Newest first; `cursor` is the previous page's nextCursor. */

@@ -2,6 +2,7 @@ import { keyStream } from '../../../domain/streams.js';
 import { Key, checkField } from '../../../domain/values.js';
 import type { Queryable } from '../../../projections/runner.js';
 import { leaseStateOf } from './list-keys.js';
+import { quarantineJson, toQuarantine, type KeyQuarantine } from './quarantine.js';
 import { epochMs, toMs } from './sql.js';
 
 export interface Holder {
@@ -43,6 +44,8 @@ export interface KeyDetail {
   readonly parked: ParkedJob[];
   /** Soonest first. */
   readonly scheduled: ScheduledJob[];
+  /** Non-null while an event of the key's stream does not decode: what is shown here is the key as it was before it. */
+  readonly quarantine: KeyQuarantine | null;
 }
 
 // One statement, so holders, parked and scheduled jobs come from one snapshot: a job promoted
@@ -68,7 +71,8 @@ SELECT k.key,
          SELECT json_agg(json_build_object('jobId', j.job_id, 'name', j.name, 'runAt', ${epochMs('j.run_at')}, 'attempts', j.attempts)
                 ORDER BY j.run_at, j.seq)
          FROM jl_jobs j
-         WHERE j.stream = k.stream AND j.run_at IS NOT NULL), '[]') AS scheduled
+         WHERE j.stream = k.stream AND j.run_at IS NOT NULL), '[]') AS scheduled,
+       ${quarantineJson('k.stream')} AS quarantine
 FROM jl_keys k
 WHERE k.stream = $1`;
 
@@ -79,6 +83,7 @@ interface Row {
   holders: Omit<Holder, 'leaseState'>[];
   parked: ParkedJob[];
   scheduled: ScheduledJob[];
+  quarantine: Parameters<typeof toQuarantine>[0];
 }
 
 /** One key's holders, parked and scheduled jobs; null for a key never seen. Throws ValidationError('key') on a bad key. */
@@ -96,5 +101,6 @@ export const keyDetail = async (db: Queryable, key: string, now: number): Promis
     }),
     parked: row.parked.map((p) => ({ ...p, parkedAt: toMs(p.parkedAt) })),
     scheduled: row.scheduled.map((s) => ({ ...s, runAt: toMs(s.runAt) })),
+    quarantine: toQuarantine(row.quarantine),
   };
 };

@@ -14,6 +14,8 @@ export interface ProjectionLag {
 export interface LedgerMetrics {
   readonly keys: number;
   readonly keysAtLimit: number;
+  /** Streams (keys, and jobs without a key) with an event some reader cannot decode (jl_quarantined). */
+  readonly quarantinedStreams: number;
   readonly slotsHeld: number;
   /** Held slots whose lease has run out (the sweeper has not reclaimed them yet). */
   readonly slotsExpired: number;
@@ -30,6 +32,7 @@ const SQL = /* sql */ `
 SELECT
   (SELECT count(*) FROM jl_keys)::int AS keys,
   (SELECT count(*) FROM jl_key_stats WHERE in_use >= concurrency_limit)::int AS keys_at_limit,
+  (SELECT count(DISTINCT stream) FROM jl_quarantined)::int AS quarantined_streams,
   (SELECT count(*) FROM jl_slots)::int AS slots_held,
   (SELECT count(*) FROM jl_slots WHERE expires_at <= statement_timestamp())::int AS slots_expired,
   (SELECT count(*) FROM jl_parked)::int AS parked,
@@ -49,6 +52,7 @@ SELECT
 interface Row {
   keys: number;
   keys_at_limit: number;
+  quarantined_streams: number;
   slots_held: number;
   slots_expired: number;
   parked: number;
@@ -69,6 +73,7 @@ export const readLedgerMetrics = async (db: Queryable, asyncProjections: readonl
   return {
     keys: r.keys,
     keysAtLimit: r.keys_at_limit,
+    quarantinedStreams: r.quarantined_streams,
     slotsHeld: r.slots_held,
     slotsExpired: r.slots_expired,
     parked: r.parked,

@@ -1,5 +1,5 @@
 import * as t from 'io-ts';
-import { Key, ValidationError, checkField, refine } from '../../../domain/values.js';
+import { JobId, Key, ValidationError, checkField, refine } from '../../../domain/values.js';
 import type { Queryable } from '../../../projections/runner.js';
 import { epochMs, toMs } from './sql.js';
 
@@ -58,7 +58,8 @@ const PageSize = refine(t.number, 'PageSize', (n) => Number.isSafeInteger(n) && 
 
 /** Where the previous page ended: its last row's (enqueued_at, job_id), the order's keyset. */
 type Position = readonly [enqueuedAt: number, jobId: string];
-const PositionCodec = t.tuple([t.number, t.string]);
+// The job id as any job id is checked: a crafted cursor must not carry what PostgreSQL cannot store.
+const PositionCodec = t.tuple([t.number, JobId]);
 
 const encodeCursor = (p: Position): string => Buffer.from(JSON.stringify(p)).toString('base64url');
 

@@ -1,4 +1,5 @@
 import type { Queryable } from '../../../projections/runner.js';
+import { quarantineJson, toQuarantine, type KeyQuarantine } from './quarantine.js';
 import { epochMs, toMs } from './sql.js';
 
 export type LeaseState = 'live' | 'expired' | 'unstarted' | 'none';
@@ -19,6 +20,8 @@ export interface KeyRow {
   readonly leaseState: LeaseState;
   /** inUse >= limit: a new job of the key would park. */
   readonly atLimit: boolean;
+  /** Non-null while an event of the key's stream does not decode: its commands are refused and its jobs wait (see KeyQuarantine). */
+  readonly quarantine: KeyQuarantine | null;
 }
 
 const SQL = /* sql */ `
@@ -28,11 +31,12 @@ SELECT key,
        parked,
        scheduled,
        ${epochMs('oldest_parked_at')} AS "oldestParkedAt",
-       ${epochMs('next_lease_expiry')} AS "nextLeaseExpiry"
+       ${epochMs('next_lease_expiry')} AS "nextLeaseExpiry",
+       ${quarantineJson('jl_key_stats.stream')} AS quarantine
 FROM jl_key_stats
 ORDER BY key`;
 
-type Row = Omit<KeyRow, 'leaseState' | 'atLimit'>;
+type Row = Omit<KeyRow, 'leaseState' | 'atLimit' | 'quarantine'> & { readonly quarantine: Parameters<typeof toQuarantine>[0] };
 
 /**
  * Compares the nearest expiry with `now` from the ledger's clock, not the database's: the sweeper
@@ -52,6 +56,7 @@ export const listKeys = async (db: Queryable, now: number): Promise<KeyRow[]> =>
       nextLeaseExpiry,
       leaseState: leaseStateOf(nextLeaseExpiry, r.inUse, now),
       atLimit: r.inUse >= r.limit,
+      quarantine: toQuarantine(r.quarantine),
     };
   });
 };

@@ -1,0 +1,99 @@
+import type { GlobalPosition, JsonObject, StreamRevision } from '../domain/ports/event-store.js';
+import { EventDecodeError, decodeRecorded } from '../domain/recorded.js';
+import { statement, type Statement } from './projection.js';
+import type { Queryable } from './runner.js';
+
+// jl_quarantined (migration 0006): the streams a reader stopped at because one of their events
+// does not decode. Each reader records the streams it meets in the transaction where it goes on
+// without them, and deletes its row once the stream decodes again:
+// - the key writer ("writer"): in the flush that refused the key's commands; the sweeper re-reads
+//   each such stream every sweep and deletes the row once every event from it on decodes;
+// - an async runner ("projection:<name>"): in the batch it held the stream back from; it re-reads
+//   the stream every retry, applies what it held back and deletes the row in one transaction.
+
+/** The key writer's reader name. */
+export const WRITER = 'writer';
+
+/** An async runner's reader name. */
+export const projectionReader = (projection: string): string => `projection:${projection}`;
+
+/** Where a reader stopped on a stream. */
+export interface Quarantine {
+  readonly stream: string;
+  readonly revision: StreamRevision;
+  readonly position: GlobalPosition;
+  readonly error: string;
+}
+
+/** The quarantine an EventDecodeError means (none for an event being appended: it was refused, nothing is recorded). */
+export const quarantineOf = (error: EventDecodeError): Quarantine | undefined =>
+  error.position === null ? undefined : { stream: error.stream, revision: error.revision, position: error.position, error: error.message };
+
+const RECORD_SQL = /* sql */ `
+INSERT INTO jl_quarantined AS q (stream, reader, revision, position, commit_id, error)
+SELECT stream, $2, revision, position, commit_id::xid8, error
+FROM jsonb_to_recordset($1::jsonb) AS x (stream text, revision bigint, position bigint, commit_id text, error text)
+ON CONFLICT (stream, reader) DO UPDATE SET revision = excluded.revision, position = excluded.position, commit_id = excluded.commit_id,
+  error = excluded.error, last_seen = statement_timestamp()`;
+
+/** Records (or refreshes) the reader's quarantines. */
+export const recordQuarantines = (reader: string, quarantines: readonly Quarantine[]): Statement =>
+  statement(
+    RECORD_SQL,
+    JSON.stringify(quarantines.map((q) => ({ stream: q.stream, revision: q.revision, position: q.position.prepare.toString(), commit_id: q.position.commit.toString(), error: q.error }))),
+    reader,
+  );
+
+/** Ends the reader's quarantine of these streams, each only if it is still at the revision given (a newer one stands). */
+export const clearQuarantines = (reader: string, cleared: readonly Pick<Quarantine, 'stream' | 'revision'>[]): Statement =>
+  statement(
+    `DELETE FROM jl_quarantined q USING unnest($1::text[], $2::bigint[]) AS c (stream, revision)
+     WHERE q.reader = $3 AND q.stream = c.stream AND q.revision = c.revision`,
+    cleared.map((c) => c.stream),
+    cleared.map((c) => c.revision),
+    reader,
+  );
+
+/** The reader's quarantines, by stream. */
+export const loadQuarantines = async (db: Queryable, reader: string): Promise<Map<string, Quarantine>> => {
+  const { rows } = await db.query<{ stream: string; revision: string; position: string; commit_id: string; error: string }>(
+    'SELECT stream, revision, position, commit_id::text AS commit_id, error FROM jl_quarantined WHERE reader = $1',
+    [reader],
+  );
+  return new Map(
+    rows.map((r) => [r.stream, { stream: r.stream, revision: Number(r.revision), position: { commit: BigInt(r.commit_id), prepare: BigInt(r.position) }, error: r.error }]),
+  );
+};
+
+/**
+ * The key writer's quarantines read again (the sweeper, each sweep): each stream from where it
+ * stopped. One that decodes now is over (its row goes); one that still does not is recorded
+ * where it stops now (last_seen moves on). Returns the streams whose quarantine ended.
+ */
+export const recheckWriterQuarantines = async (db: Queryable): Promise<string[]> => {
+  const held = await loadQuarantines(db, WRITER);
+  if (held.size === 0) return [];
+  const { rows } = await db.query<{ stream: string; revision: string; position: string; commit_id: string; type: string; data: JsonObject; metadata: JsonObject }>(
+    `SELECT e.stream, e.stream_revision AS revision, e.global_position AS position, e.transaction_id::text AS commit_id, e.type, e.data, e.metadata
+     FROM unnest($1::text[], $2::bigint[]) AS q (stream, revision)
+     JOIN events e ON e.stream = q.stream AND e.stream_revision >= q.revision
+     ORDER BY e.stream, e.stream_revision`,
+    [[...held.keys()], [...held.values()].map((q) => q.revision)],
+  );
+  const still = new Map<string, Quarantine>();
+  for (const r of rows) {
+    if (still.has(r.stream)) continue;
+    try {
+      decodeRecorded({ stream: r.stream, revision: Number(r.revision), position: { commit: BigInt(r.commit_id), prepare: BigInt(r.position) }, type: r.type, data: r.data, metadata: r.metadata });
+    } catch (error) {
+      const quarantine = error instanceof EventDecodeError ? quarantineOf(error) : undefined;
+      if (quarantine === undefined) throw error;
+      still.set(r.stream, quarantine);
+    }
+  }
+  const cleared = [...held.values()].filter((q) => !still.has(q.stream));
+  for (const s of [...(still.size > 0 ? [recordQuarantines(WRITER, [...still.values()])] : []), ...(cleared.length > 0 ? [clearQuarantines(WRITER, cleared)] : [])]) {
+    await db.query(s.text, s.values as unknown[]);
+  }
+  return cleared.map((q) => q.stream);
+};

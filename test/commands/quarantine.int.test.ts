@@ -1,0 +1,158 @@
+import * as E from 'fp-ts/lib/Either.js';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
+import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
+import { dispatchQueue } from '../../src/adapters/queue/pg-queue.js';
+import { Sweeper } from '../../src/adapters/worker/sweeper.js';
+import { enqueueMany, keyEventId, type EnqueueInput } from '../../src/commands/enqueue.js';
+import { keyStateAt } from '../../src/commands/key-state-at.js';
+import { KeyWriter, type CommandResult } from '../../src/commands/key-writer.js';
+import type { Command } from '../../src/domain/commands.js';
+import { silentLogger } from '../../src/domain/ports/logger.js';
+import { keyStream } from '../../src/domain/streams.js';
+import { createDispatcher } from '../../src/projections/dispatcher.js';
+import { WRITER } from '../../src/projections/quarantine.js';
+import { createReadModelProjections } from '../../src/projections/read-models.js';
+import { BAD_CASES, appendByHand, fixByHand, namesPlace, quarantineRows } from '../support/bad-events.js';
+import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
+import { until } from '../support/until.js';
+
+// Issue 10 part 6, the key writer's side: an event of one key's stream that does not decode
+// (appended by hand) fails that key only, in every path of the writer — commands, the worker's
+// read-and-start flush, the sweeper's sweep — and in load/state/audit, each error naming the
+// stream, revision and global position; the key is recorded as quarantined (jl_quarantined) and
+// the quarantine ends at the sweep after the stream decodes again.
+
+let db: MigratedDatabase;
+let ledger: Ledger;
+const T0 = Date.UTC(2026, 10, 30, 3, 0, 0);
+let now = T0;
+const DELAY_MS = 1_500;
+
+beforeAll(async () => {
+  db = await createMigratedDatabase(10, { pipeline: true });
+  ledger = await createLedger({ pool: db.pool, migrate: false, clock: () => now, logger: silentLogger });
+});
+
+afterAll(async () => {
+  await ledger.close();
+  await db.drop();
+});
+
+/** A key writer wired as the ledger wires it (inline read models and dispatcher), on a pool of its own, with a short quarantine delay. */
+const openWriter = () => {
+  const pool = new pg.Pool({ connectionString: db.url, max: 3, pipeline: true } as pg.PoolConfig);
+  pool.on('error', () => undefined);
+  const store = new PostgresEventStore(pool, { inline: [createReadModelProjections(), createDispatcher(dispatchQueue)] });
+  const writer = new KeyWriter(store, store, { clock: () => now, random: () => 0.5, logger: silentLogger, eventId: keyEventId, quarantinedMessageDelayMs: DELAY_MS });
+  const sweeper = new Sweeper(writer, pool, silentLogger, { clock: () => now, random: () => 0.5 });
+  return {
+    pool,
+    store,
+    writer,
+    sweeper,
+    enqueue: (inputs: readonly EnqueueInput[]) => enqueueMany(writer, inputs, { now: () => now, recorded: (ids) => store.recordedEventIds(ids) }),
+    close: async () => {
+      await writer.drain();
+      await store.close();
+      await pool.end();
+    },
+  };
+};
+
+const right = (r: CommandResult) => {
+  if (E.isLeft(r)) throw new Error(`refused: ${JSON.stringify(r.left)}`);
+  return r.right;
+};
+
+const messageOf = async (jobId: string) =>
+  (await db.pool.query<{ vt: Date; read_ct: number }>(`SELECT vt, read_ct FROM queue_messages WHERE message->>'jobId' = $1`, [jobId])).rows[0];
+
+describe.each(BAD_CASES.map((c, i) => [c, i] as const))('a key with an event of %s', (bad, i) => {
+  const queue = `quarantine-q${i}`;
+  const key = (name: string) => `q${i}-${name}`;
+
+  it("regression (issue 10: one undecodable event stopped the worker's start batch): readAndStart starts the healthy keys' jobs in the same flush; the quarantined key's message stays in the queue, hidden, not read again by every flush", async () => {
+    const w = openWriter();
+    try {
+      const healthy = ['a', 'b', 'c', 'd'].map(key);
+      await w.enqueue([key('bad'), ...healthy].map((k) => ({ name: 'work', key: k, limit: 1, jobId: `${k}-1`, queue })));
+      const placed = await appendByHand(db.pool, keyStream(key('bad')), bad);
+
+      const first = await w.writer.readAndStart({ queue, vtMs: 30_000, qty: () => 10, workerId: 'w' });
+      expect(first.read).toBe(5);
+      expect(first.started.map((s) => s.message.key).sort()).toEqual(healthy);
+      const waiting = await messageOf(`${key('bad')}-1`);
+      expect(waiting, 'the message is neither archived nor deleted').toBeDefined();
+      expect(waiting!.vt.getTime()).toBeGreaterThan(Date.now() + DELAY_MS / 2);
+      // Not read again meanwhile: no hot loop over the broken key.
+      expect((await w.writer.readAndStart({ queue, vtMs: 30_000, qty: () => 10, workerId: 'w' })).read).toBe(0);
+      expect((await messageOf(`${key('bad')}-1`))!.read_ct).toBe(1);
+
+      expect(await quarantineRows(db.pool, WRITER)).toContainEqual({ ...placed, reader: WRITER, error: expect.stringContaining('does not decode') });
+      expect((await ledger.keys()).find((k) => k.key === key('bad'))?.quarantine).toMatchObject({
+        revision: placed.revision,
+        position: `${placed.position.commit}/${placed.position.prepare}`,
+        readers: [WRITER],
+      });
+      expect((await ledger.keys()).filter((k) => healthy.includes(k.key)).map((k) => k.quarantine)).toEqual([null, null, null, null]);
+
+      // Fixed by an operator: the next sweep reads it again and ends the quarantine; the job starts once its message shows again.
+      await fixByHand(db.pool, placed);
+      expect((await w.sweeper.sweep()).unquarantined).toEqual([keyStream(key('bad'))]);
+      expect((await quarantineRows(db.pool, WRITER)).filter((q) => q.stream === placed.stream)).toEqual([]);
+      const later = await until(
+        () => w.writer.readAndStart({ queue, vtMs: 30_000, qty: () => 10, workerId: 'w' }),
+        (r) => r.started.length > 0,
+        'the quarantined job to start once its stream decodes',
+      );
+      expect(later.started.map((s) => s.message.jobId)).toEqual([`${key('bad')}-1`]);
+    } finally {
+      await w.close();
+    }
+  });
+
+  it('commands on the key fail with an EventDecodeError naming stream, revision and position; commands on other keys in the same submission batch go on; load, state and audit fail the same way', async () => {
+    const w = openWriter();
+    try {
+      await w.enqueue([key('cmd-bad'), key('cmd-good')].map((k) => ({ name: 'work', key: k, limit: 1, jobId: `${k}-1`, queue: `${queue}-cmd` })));
+      const placed = await appendByHand(db.pool, keyStream(key('cmd-bad')), bad);
+      const setLimit: Command = { type: 'SetLimit', limit: 2, by: 'test' };
+      const results = await Promise.allSettled([w.writer.execute(keyStream(key('cmd-bad')), setLimit), w.writer.execute(keyStream(key('cmd-good')), setLimit)]);
+      expect(results[0]).toMatchObject({ status: 'rejected', reason: namesPlace(placed) });
+      right((results[1] as PromiseFulfilledResult<CommandResult>).value);
+
+      await expect(w.writer.load(keyStream(key('cmd-bad')))).rejects.toMatchObject(namesPlace(placed));
+      await expect(ledger.keyState(key('cmd-bad'))).rejects.toMatchObject(namesPlace(placed));
+      await expect(keyStateAt(ledger.store, keyStream(key('cmd-bad')), {})).rejects.toMatchObject(namesPlace(placed));
+      // Up to a revision before the event, state still answers: nothing after it is read.
+      expect((await keyStateAt(ledger.store, keyStream(key('cmd-bad')), { revision: placed.revision - 1 })).revision).toBe(placed.revision - 1);
+      await expect(ledger.audit({ key: key('cmd-bad') })).rejects.toMatchObject(namesPlace(placed));
+      expect((await ledger.audit({ key: key('cmd-good') })).events.length).toBeGreaterThan(0);
+    } finally {
+      await w.close();
+    }
+  });
+
+  it("the sweeper's sweep expires the healthy keys' leases while one key with an expired lease is quarantined, and records it", async () => {
+    const w = openWriter();
+    try {
+      const sq = `${queue}-sweep`;
+      const keys = ['s-bad', 's-1', 's-2', 's-3'].map(key);
+      await w.enqueue(keys.map((k) => ({ name: 'work', key: k, limit: 1, jobId: `${k}-1`, queue: sq, leaseMs: 1_000 })));
+      expect((await w.writer.readAndStart({ queue: sq, vtMs: 1_000, qty: () => 10, workerId: 'w' })).started).toHaveLength(4);
+      const placed = await appendByHand(db.pool, keyStream(key('s-bad')), bad);
+      now += 60_000;
+      await w.sweeper.sweep();
+      const expiredOn = (await db.pool.query<{ stream: string }>(`SELECT DISTINCT stream FROM events WHERE type = 'LeaseExpired' AND stream = ANY($1)`, [keys.map(keyStream)])).rows.map((r) => r.stream);
+      expect(expiredOn.sort()).toEqual(keys.slice(1).map(keyStream).sort());
+      expect(await quarantineRows(db.pool, WRITER)).toContainEqual({ ...placed, reader: WRITER, error: expect.any(String) });
+      // Still undecodable: the next sweep leaves it quarantined.
+      expect((await w.sweeper.sweep()).unquarantined).toEqual([]);
+      expect((await quarantineRows(db.pool, WRITER)).map((q) => q.stream)).toContain(keyStream(key('s-bad')));
+    } finally {
+      await w.close();
+    }
+  });
+});
