@@ -63,16 +63,21 @@ const spawnCli = (name: string, args: readonly string[]): Proc => {
 const startServer = (port?: number): Promise<EmbeddedServer> =>
   startEmbeddedPostgres({ dataDir, persistent: true, postgresFlags: flags, initdbFlags: ['--no-sync'], ...(port ? { port } : {}) });
 
-/** Stops the postmaster the hard way (SIGINT: fast shutdown, SIGQUIT: immediate), stays down for `downMs`, starts it again. */
-const restart = async (signal: 'SIGINT' | 'SIGQUIT', downMs: number): Promise<void> => {
+/**
+ * Stops the postmaster the hard way (SIGINT: fast shutdown, SIGQUIT: immediate), stays down for
+ * `downMs` (running `whileDown` meanwhile), starts it again; resolves to when it answered.
+ */
+const restart = async (signal: 'SIGINT' | 'SIGQUIT', downMs: number, whileDown?: () => void): Promise<number> => {
   process.kill(server.pid, signal);
   const deadline = Date.now() + 20_000;
   while ((await postmasters(dataDir)).length > 0) {
     if (Date.now() > deadline) throw new Error('postmaster did not stop');
     await sleep(50);
   }
+  whileDown?.();
   await sleep(downMs);
   server = await startServer(server.port);
+  return Date.now();
 };
 
 /** A query on a connection of its own, or undefined while the server does not answer. */
@@ -140,15 +145,16 @@ describe('a database restart under load', () => {
 
     const killedAt = new Map<number, number>();
     await sleep(1_500);
-    await restart('SIGINT', 1_000);
+    const answered = [await restart('SIGINT', 1_000)];
     await sleep(1_000);
     // The sweeper's leader: its jobs come back after their leases, and the other sweeper takes over.
     const victim = workers[0]!;
     victim.child.kill('SIGKILL');
     killedAt.set(victim.child.pid!, Date.now());
-    spawnCli('worker-4', workerArgs(false));
     await sleep(1_000);
-    await restart('SIGQUIT', 1_000);
+    // A worker started while the database is down waits for it instead of exiting.
+    let late: Proc | undefined;
+    answered.push(await restart('SIGQUIT', 1_500, () => (late = spawnCli('worker-4', workerArgs(false)))));
     const outages = 2;
 
     const deadline = Date.now() + 45_000;
@@ -171,6 +177,15 @@ describe('a database restart under load', () => {
     expect([...survivorEnds].filter(([, n]) => n > 1)).toEqual([]);
     expect(new Set(records.filter((r) => r.what === 'end').map((r) => r.jobId)).size).toBe(JOBS);
 
+    // Work resumed within 5 s of the database answering, after each restart; the late worker ran jobs.
+    for (const at of answered) {
+      const next = records.filter((r) => r.what === 'start' && r.at >= at).map((r) => r.at);
+      expect(Math.min(...next) - at, 'ms from the database answering to the next handler start').toBeLessThan(5_000);
+    }
+    expect(records.filter((r) => r.pid === late!.child.pid).length, 'runs of the worker started while the database was down').toBeGreaterThan(0);
+    const lateLines = late!.stderr.split('\n').filter((l) => /PostgreSQL (unreachable|answers again)/.test(l));
+    expect(lateLines.map((l) => (JSON.parse(l) as { msg: string }).msg.split(';')[0]!.replace(/after .*/, 'after'))).toEqual(['PostgreSQL unreachable', 'PostgreSQL answers again after']);
+
     const byKey = new Map<string, RunRecord[]>();
     for (const r of records) byKey.set(r.key, [...(byKey.get(r.key) ?? []), r]);
     const overLimit = [...byKey]
@@ -189,7 +204,7 @@ describe('a database restart under load', () => {
     // One warning when an outage begins and one line when it ends, per process; never an object
     // dump. A worker notices each outage (its LISTEN connection drops); serve only those it was
     // talking to the database through.
-    for (const p of procs.filter((p) => p !== victim && p.name !== 'worker-4')) {
+    for (const p of procs.filter((p) => p !== victim && p !== late)) {
       const lines = p.stderr.split('\n').filter((l) => l.startsWith('{'));
       const began = lines.filter((l) => l.includes('PostgreSQL unreachable')).length;
       const ended = lines.filter((l) => l.includes('PostgreSQL answers again')).length;
