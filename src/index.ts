@@ -8,7 +8,7 @@ export { ConflictRetriesExhaustedError, type CommandResult, type KeyCommand } fr
 export { EventDecodeError } from './domain/recorded.js';
 export { keyStateAt } from './commands/key-state-at.js';
 export type { Command } from './domain/commands.js';
-export { describeDomainError, RefusedError, UnknownJobError, UnknownKeyError, type DomainError } from './domain/errors.js';
+export { describeDomainError, LimitConflictError, RefusedError, UnknownJobError, UnknownKeyError, type DomainError } from './domain/errors.js';
 export type { Handoff } from './domain/audit.js';
 export type { Audit, AuditEvent, AuditTarget } from './commands/audit.js';
 export type { KeyRow, LeaseState } from './adapters/postgres/queries/list-keys.js';

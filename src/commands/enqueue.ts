@@ -4,6 +4,7 @@ import * as t from 'io-ts';
 import { v5 as uuidv5 } from 'uuid';
 import type { Command, JobSpec } from '../domain/commands.js';
 import type { KeyEvent } from '../domain/events.js';
+import { LimitConflictError, RefusedError } from '../domain/errors.js';
 import { DuplicateEventIdError } from '../domain/ports/event-store.js';
 import { streamFor } from '../domain/streams.js';
 import { JsonArgs, Key, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, ValidationError, decodeWith, refine } from '../domain/values.js';
@@ -15,8 +16,13 @@ export interface EnqueueInput {
   readonly args?: unknown;
   /** The concurrency key; a job without one is admitted at once. */
   readonly key?: string | null;
-  /** At most this many jobs of the key run at once (a key's first enqueue sets it; default 1). */
+  /**
+   * At most this many jobs of the key run at once (default 1). The key's first enqueue sets it;
+   * a later enqueue naming another limit is refused (LimitConflictError) unless it owns the limit.
+   */
   readonly limit?: number;
+  /** This enqueue may change the key's limit to `limit` (a job definition that owns its key's limit). */
+  readonly ownsLimit?: boolean;
   /** Lease in ms: how long a worker may stay silent before its slot is reclaimed (default 30 s, at least 1 s). */
   readonly leaseMs?: number;
   /** Smaller runs first (default 0). */
@@ -68,6 +74,7 @@ const EnqueueInputCodec = t.type({
   args: Optional(JsonArgs),
   key: t.union([Key, t.null, t.undefined]),
   limit: Optional(Limit),
+  ownsLimit: Optional(t.boolean),
   leaseMs: Optional(LeaseMs),
   priority: Optional(Priority),
   runAt: Optional(RunAtInput),
@@ -83,6 +90,7 @@ interface Planned {
   readonly stream: string;
   readonly key: string | null;
   readonly limit: number | undefined;
+  readonly ownsLimit: boolean;
   readonly leaseMs: number | undefined;
   readonly job: JobSpec;
 }
@@ -103,6 +111,7 @@ export const planEnqueue = (input: EnqueueInput, now: number, field = ''): Plann
     stream: streamFor(key, jobId),
     key,
     limit: key === null ? 1 : i.limit,
+    ownsLimit: key !== null && i.ownsLimit === true,
     leaseMs: key === null ? i.leaseMs : undefined,
     job: {
       jobId,
@@ -166,28 +175,33 @@ const recordFresh = async (
     const seen = given.length > 0 ? await options.recorded(given) : new Set<string>();
     const batches = batchByKey(planned.filter((p) => !seen.has(enqueuedEventId(p.job.jobId))), options.metadata);
     try {
-      const results = await handler.executeMany(batches);
+      // Atomic: a batch with one refused key (a limit other than its recorded one) writes nothing.
+      const results = await handler.executeMany(batches, { atomic: true });
       const eventsByStream = new Map<string, KeyEvent[]>();
       results.forEach((r, i) => {
-        // The decider never refuses an enqueue; a Left here is a broken invariant, not bad input.
+        // An atomic submission with a refusal is rejected, never resolved: a Left here is a broken invariant.
         if (E.isLeft(r)) throw new Error(`enqueue refused: ${JSON.stringify(r.left)}`);
         const stream = batches[i]!.stream;
         eventsByStream.set(stream, [...(eventsByStream.get(stream) ?? []), ...r.right.events]);
       });
       return eventsByStream;
     } catch (error) {
+      if (error instanceof RefusedError && error.error.tag === 'LimitMismatch') {
+        const key = planned.find((p) => p.stream === error.stream)?.key ?? String(error.stream);
+        throw new LimitConflictError(key, error.error.recorded, error.error.requested, error.stream);
+      }
       if (!(error instanceof DuplicateEventIdError) || attempt >= 3) throw error;
     }
   }
 };
 
-/** Consecutive jobs of one stream with the same limit and lease become one EnqueueMany. */
+/** Consecutive jobs of one stream with the same limit (and ownership of it) and lease become one EnqueueMany. */
 const groups = (planned: readonly Planned[]): Planned[][] => {
   const out: Planned[][] = [];
   for (const p of planned) {
     const last = out[out.length - 1];
     const head = last?.[0];
-    if (last && head && head.stream === p.stream && head.limit === p.limit && head.leaseMs === p.leaseMs) last.push(p);
+    if (last && head && head.stream === p.stream && head.limit === p.limit && head.ownsLimit === p.ownsLimit && head.leaseMs === p.leaseMs) last.push(p);
     else out.push([p]);
   }
   return out;
@@ -200,6 +214,7 @@ const batchByKey = (planned: readonly Planned[], metadata: Record<string, unknow
       type: 'EnqueueMany',
       jobs: g.map((p) => p.job),
       ...(head.limit !== undefined ? { limit: head.limit } : {}),
+      ...(head.ownsLimit ? { ownsLimit: true as const } : {}),
       ...(head.leaseMs !== undefined ? { leaseMs: head.leaseMs } : {}),
       ...(head.key === null ? { solo: true as const } : {}),
     };

@@ -3,7 +3,7 @@ import * as E from 'fp-ts/lib/Either.js';
 import { reconnectDelayMs } from '../domain/backoff.js';
 import { decodeCommand, type Command } from '../domain/commands.js';
 import { decideInto } from '../domain/decide/index.js';
-import { describeDomainError, type DomainError } from '../domain/errors.js';
+import { RefusedError, describeDomainError, type DomainError } from '../domain/errors.js';
 import type { EventData, KeyEvent } from '../domain/events.js';
 import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, Scratch, apply, draftOf, initialKeyState, type Draft, type KeyState } from '../domain/key-state.js';
 import { DuplicateEventIdError, type EventStore, type JsonObject, type RecordedEvent, type Snapshot, type SnapshotStore, type StreamRevision } from '../domain/ports/event-store.js';
@@ -164,9 +164,21 @@ export class ConflictRetriesExhaustedError extends Error {
 
 interface Submission {
   readonly items: readonly KeyCommand[];
+  /** A refusal of any item refuses them all (RefusedError): nothing of the submission is written. */
+  readonly atomic: boolean;
   readonly resolve: (results: CommandResult[]) => void;
   readonly reject: (error: unknown) => void;
   attempts: number;
+}
+
+/** An atomic submission had a command refused: the flush runs again without it. */
+class SubmissionRefused extends Error {
+  constructor(
+    readonly submission: Submission,
+    readonly refusal: RefusedError,
+  ) {
+    super(refusal.message);
+  }
 }
 
 interface Read {
@@ -316,10 +328,11 @@ export class KeyWriter {
    * Decides every command and appends them in ONE transaction: one append per stream, each with
    * its own expected revision, all or nothing. Commands on the same stream are decided in order,
    * each seeing the events of the ones before (and of every earlier submission). A refused command
-   * writes nothing and does not stop the others. Throws ValidationError (naming the field) before
-   * anything is read or written.
+   * writes nothing and does not stop the others, unless `atomic`: then one refusal rejects the
+   * whole submission with RefusedError (naming the stream) and none of it is written. Throws
+   * ValidationError (naming the field) before anything is read or written.
    */
-  executeMany(items: readonly KeyCommand[]): Promise<CommandResult[]> {
+  executeMany(items: readonly KeyCommand[], { atomic = false }: { readonly atomic?: boolean } = {}): Promise<CommandResult[]> {
     items.forEach((item, i) => {
       const decoded = decodeCommand(item.command);
       if (E.isLeft(decoded)) {
@@ -329,7 +342,7 @@ export class KeyWriter {
     });
     if (items.length === 0) return Promise.resolve([]);
     return new Promise((resolve, reject) => {
-      this.submissions.push({ items, resolve, reject, attempts: 0 });
+      this.submissions.push({ items, atomic, resolve, reject, attempts: 0 });
       this.schedule();
     });
   }
@@ -435,6 +448,13 @@ export class KeyWriter {
           batch = batch.filter((s) => !exhausted.includes(s));
           this.log.debug({ err: error }, 'flush failed for a transient reason; running it again');
           await sleep(Math.min(50, 2 ** Math.min(batch[0]?.attempts ?? 1, 6)) * this.random());
+          if (batch.length === 0 && reads.length === 0) return;
+          continue;
+        }
+        if (error instanceof SubmissionRefused) {
+          // Its decisions were rolled back with the rest of the attempt; the others go again without it.
+          error.submission.reject(error.refusal);
+          batch = batch.filter((s) => s !== error.submission);
           if (batch.length === 0 && reads.length === 0) return;
           continue;
         }
@@ -590,6 +610,11 @@ export class KeyWriter {
       // made on a state that may be stale (optimistic), it is not an answer until the stream is read.
       if (optimistic && [...decided.values()].some((d) => E.isLeft(d) || d.right.events.length === 0)) {
         throw new StaleStateError('a decision that writes nothing was made on a state not read in this transaction');
+      }
+      for (const sub of going) {
+        const refused = sub.atomic ? sub.items.find((i) => E.isLeft(decided.get(i)!)) : undefined;
+        const refusal = refused && decided.get(refused)!;
+        if (refusal !== undefined && E.isLeft(refusal)) throw new SubmissionRefused(sub, new RefusedError(refusal.left, refused!.stream));
       }
       const archive = [...malformed, ...readGoing.filter((i) => E.isLeft(decided.get(i)!)).map((i) => i.msgId)];
       const appends: DecidedAppend[] = [];

@@ -32,6 +32,12 @@ const KeyPolicy = t.partial({
   limit: Limit,
   leaseMs: LeaseMs,
   /**
+   * The enqueue may change the key's recorded limit (a job definition that owns its key's limit).
+   * Without it an enqueue naming another limit is refused: two job types sharing a key would
+   * otherwise flip its limit back and forth.
+   */
+  ownsLimit: t.literal(true),
+  /**
    * The stream is the job's own (a job without a key): it is admitted at once, and its JobEnqueued
    * says so instead of a KeyLimitSet of 1 that no key would ever read.
    */

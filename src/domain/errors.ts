@@ -8,7 +8,9 @@ export type DomainError =
   | { readonly tag: 'NotStarted'; readonly jobId: string; readonly leaseId: string }
   | { readonly tag: 'JobNotFound'; readonly jobId: string }
   | { readonly tag: 'NotHolding'; readonly jobId: string }
-  | { readonly tag: 'NotParked'; readonly jobIds: readonly string[] };
+  | { readonly tag: 'NotParked'; readonly jobIds: readonly string[] }
+  /** An enqueue named a limit other than the key's recorded one (and does not own the limit). */
+  | { readonly tag: 'LimitMismatch'; readonly recorded: number; readonly requested: number };
 
 export const describeDomainError = (e: DomainError): string => {
   switch (e.tag) {
@@ -24,6 +26,8 @@ export const describeDomainError = (e: DomainError): string => {
       return `job ${e.jobId} holds no slot on this key`;
     case 'NotParked':
       return `jobs not parked on this key: ${e.jobIds.join(', ')}`;
+    case 'LimitMismatch':
+      return `the key's limit is ${e.recorded}, not ${e.requested}: a key keeps the limit its first enqueue set; change it with set-limit (or enqueue from a job definition that owns the limit); nothing was written`;
   }
 };
 
@@ -43,10 +47,31 @@ export class UnknownJobError extends Error {
   }
 }
 
-/** The decider refused an operator's command; nothing was written. */
+/** The decider refused a command (an operator's, or an enqueue's); nothing was written. `stream`: the stream it was decided on, when the caller did not name it. */
 export class RefusedError extends Error {
-  override readonly name = 'RefusedError';
-  constructor(readonly error: DomainError) {
-    super(describeDomainError(error));
+  override readonly name: string = 'RefusedError';
+  constructor(
+    readonly error: DomainError,
+    readonly stream?: string,
+    message = describeDomainError(error),
+  ) {
+    super(message);
+  }
+}
+
+/** An enqueue named a limit other than its key's recorded one: the whole enqueue (every job of the batch) was refused. */
+export class LimitConflictError extends RefusedError {
+  override readonly name = 'LimitConflictError';
+  constructor(
+    readonly key: string,
+    readonly recorded: number,
+    readonly requested: number,
+    stream?: string,
+  ) {
+    super(
+      { tag: 'LimitMismatch', recorded, requested },
+      stream,
+      `key ${JSON.stringify(key)} has limit ${recorded}, not ${requested}: a key keeps the limit its first enqueue set; change it with set-limit or ledger.setLimit (or enqueue from a job definition that owns the limit). Nothing was enqueued`,
+    );
   }
 }

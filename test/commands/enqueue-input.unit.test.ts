@@ -67,6 +67,7 @@ describe('enqueue input: defaults and conversions', () => {
       stream: 'key:user:1',
       key: 'user:1',
       limit: undefined,
+      ownsLimit: false,
       leaseMs: undefined,
       job: { jobId: 'j1', name: 'sendEmail', args: null, queue: 'default', priority: 0, maxAttempts: 5, runAt: null },
     });

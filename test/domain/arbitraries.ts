@@ -28,6 +28,7 @@ interface JobIntent {
 
 interface Policy {
   readonly limit: number | null;
+  readonly ownsLimit: boolean;
   readonly leaseMs: number | null;
 }
 
@@ -88,6 +89,8 @@ const jobIntentArb: fc.Arbitrary<JobIntent> = fc.record({
 
 const policyArb: fc.Arbitrary<Policy> = fc.record({
   limit: sometimes(fc.integer({ min: 1, max: 4 }), 20),
+  // Half of the enqueues naming a limit own it (may change it); the others are refused when it differs.
+  ownsLimit: fc.boolean(),
   leaseMs: sometimes(leaseMsArb, 20),
 });
 
@@ -248,6 +251,7 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
       });
       const policy = {
         ...(intent.policy.limit === null ? {} : { limit: intent.policy.limit }),
+        ...(intent.policy.limit !== null && intent.policy.ownsLimit ? { ownsLimit: true as const } : {}),
         ...(intent.policy.leaseMs === null ? {} : { leaseMs: intent.policy.leaseMs }),
       };
       return intent.many ? { type: 'EnqueueMany', jobs, ...policy } : { type: 'Enqueue', job: jobs[0]!, ...policy };

@@ -78,9 +78,27 @@ describe('Enqueue', () => {
     given(limitSet(1), enqueued(a), acquired('a', 'a:1')).when({ type: 'Enqueue', limit: 1, job: a }).thenNothing();
   });
 
-  it('another limit on a later enqueue records KeyLimitSet before the job', () => {
+  it('a key keeps the limit its first enqueue set: a later enqueue naming another limit is refused, and records nothing', () => {
     given(limitSet(1), enqueued(a), acquired('a', 'a:1'))
       .when({ type: 'Enqueue', limit: 2, job: b }, T0 + SEC)
+      .thenRefused({ tag: 'LimitMismatch', recorded: 1, requested: 2 });
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'))
+      .when({ type: 'EnqueueMany', limit: 3, jobs: [b, c] }, T0 + SEC)
+      .thenRefused({ tag: 'LimitMismatch', recorded: 1, requested: 3 });
+  });
+
+  it('an enqueue naming the recorded limit, or none, is admitted as usual', () => {
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'))
+      .when({ type: 'Enqueue', limit: 1, job: b }, T0 + SEC)
+      .then(enqueued(b, T0 + SEC), parked('b', T0 + SEC));
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'))
+      .when({ type: 'Enqueue', job: b }, T0 + SEC)
+      .then(enqueued(b, T0 + SEC), parked('b', T0 + SEC));
+  });
+
+  it('an enqueue that owns the limit (a job definition with ownsLimit) changes it: KeyLimitSet before the job', () => {
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'))
+      .when({ type: 'Enqueue', limit: 2, ownsLimit: true, job: b }, T0 + SEC)
       .then(limitSet(2, T0 + SEC), enqueued(b, T0 + SEC), acquired('b', 'b:2', T0 + SEC));
   });
 });

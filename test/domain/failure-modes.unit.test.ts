@@ -167,9 +167,9 @@ describe('FAILURE-MODES #8: a raised limit does not unblock a full key (pgbus)',
       .then(limitSet(2, T0 + SEC, 'ops'), promoted('b', 'b:2', T0 + SEC, SEC));
   });
 
-  it('an enqueue carrying a higher limit promotes the parked jobs before its own job', () => {
+  it('an enqueue that owns the limit and raises it promotes the parked jobs before its own job', () => {
     given(limitSet(1), enqueued(a), acquired('a', 'a:1'), enqueued(b), parked('b'))
-      .when({ type: 'Enqueue', limit: 2, job: c }, T0 + SEC)
+      .when({ type: 'Enqueue', limit: 2, ownsLimit: true, job: c }, T0 + SEC)
       .then(limitSet(2, T0 + SEC), promoted('b', 'b:2', T0 + SEC, SEC), enqueued(c, T0 + SEC), parked('c', T0 + SEC));
   });
 });

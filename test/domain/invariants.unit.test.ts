@@ -386,6 +386,11 @@ const decisionsAreTotalAndRefuseOnlyWhatTheyMust = (trace: Trace): void => {
         }
         break;
       }
+      case 'Enqueue':
+      case 'EnqueueMany':
+        // A key's limit is stable: only an enqueue that owns it may name another.
+        expected = c.solo !== true && before.limit > 0 && c.limit !== undefined && c.limit !== before.limit && c.ownsLimit !== true ? 'LimitMismatch' : null;
+        break;
       default:
         expected = null;
     }

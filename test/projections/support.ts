@@ -329,7 +329,8 @@ export const randomRun = async (
         maxAttempts: 1 + r.int(3),
         queue: r.pick(['default', 'default', 'other'])!,
         ...(r.next() < 0.2 ? { delayMs: r.int(20_000) } : {}),
-        ...(r.next() < 0.1 ? { limit: 1 + r.int(3) } : {}),
+        // Owning the limit: a later enqueue may change it (one that does not is refused; see stable-limit.int.test.ts).
+        ...(r.next() < 0.1 ? { limit: 1 + r.int(3), ownsLimit: true } : {}),
         ...(r.next() < 0.2 ? { leaseMs: 1_000 + r.int(5_000) } : {}),
       }));
       await ledger.enqueueMany(jobs);

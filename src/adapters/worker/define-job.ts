@@ -29,6 +29,11 @@ export interface JobDefinition<A = unknown> {
   readonly key?: (args: A) => string;
   /** At most this many jobs of one key run at once. */
   readonly limit?: number;
+  /**
+   * This job type owns its keys' limit: its enqueues change a key's recorded limit to `limit`.
+   * Without it, an enqueue whose limit differs from the key's is refused (LimitConflictError).
+   */
+  readonly ownsLimit?: boolean;
   /** Lease in ms: how long a worker may stay silent before the slot is reclaimed. */
   readonly lease?: number;
   readonly maxAttempts?: number;
@@ -62,6 +67,7 @@ export const inputFor = <A>(job: JobDefinition<A>, args: A, overrides: JobOverri
   args,
   ...(job.key ? { key: job.key(args) } : {}),
   ...(job.limit !== undefined ? { limit: job.limit } : {}),
+  ...(job.ownsLimit === true ? { ownsLimit: true } : {}),
   ...(job.lease !== undefined ? { leaseMs: job.lease } : {}),
   ...(job.priority !== undefined ? { priority: job.priority } : {}),
   ...(job.maxAttempts !== undefined ? { maxAttempts: job.maxAttempts } : {}),

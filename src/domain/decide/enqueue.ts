@@ -1,5 +1,5 @@
 import { DEFAULT_LEASE_MS, DEFAULT_LIMIT, type CommandOf, type KeyPolicy } from '../commands.js';
-import { accept, type Decision, type Outcome } from './decision.js';
+import { accept, refuse, type Decision, type Outcome } from './decision.js';
 
 /**
  * Enqueue and EnqueueMany: one append for the whole batch, each job admitted against the limit in
@@ -9,7 +9,13 @@ import { accept, type Decision, type Outcome } from './decision.js';
 export const enqueue = (c: CommandOf<'Enqueue'> | CommandOf<'EnqueueMany'>, d: Decision): Outcome => {
   // A job's own stream needs no KeyLimitSet: its first JobEnqueued says it is solo (limit 1).
   const solo = c.solo === true && d.state.limit === 0;
-  if (!solo) applyPolicy(c, d);
+  if (!solo) {
+    // A key's limit is stable: velocious keeps the first cap registered and rejects another.
+    if (d.state.limit > 0 && c.limit !== undefined && c.limit !== d.state.limit && c.ownsLimit !== true) {
+      return refuse({ tag: 'LimitMismatch', recorded: d.state.limit, requested: c.limit });
+    }
+    applyPolicy(c, d);
+  }
   for (const job of c.type === 'Enqueue' ? [c.job] : c.jobs) {
     if (d.job(job.jobId) !== undefined) continue;
     const leaseMs = job.leaseMs ?? (solo && d.state.limit === 0 ? (c.leaseMs ?? DEFAULT_LEASE_MS) : d.state.leaseMs);
@@ -22,7 +28,10 @@ export const enqueue = (c: CommandOf<'Enqueue'> | CommandOf<'EnqueueMany'>, d: D
   return accept(d);
 };
 
-/** The first enqueue of a key sets its limit; a later one with another limit changes it, and a raise promotes at once. */
+/**
+ * The first enqueue of a key sets its limit; a later one changes it only when it owns the limit
+ * (and a raise promotes at once). A later one with another lease changes the key's lease.
+ */
 const applyPolicy = (policy: KeyPolicy, d: Decision): void => {
   const configured = d.state.limit > 0;
   const limit = policy.limit ?? (configured ? d.state.limit : DEFAULT_LIMIT);

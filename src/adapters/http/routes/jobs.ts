@@ -19,6 +19,7 @@ const ENQUEUE_FIELDS: Record<keyof EnqueueInput, true> = {
   args: true,
   key: true,
   limit: true,
+  ownsLimit: true,
   leaseMs: true,
   priority: true,
   runAt: true,
