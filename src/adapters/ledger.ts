@@ -243,6 +243,16 @@ export class Ledger {
     return operator.setLimit(this.operatorDeps, input, metadata);
   }
 
+  /** Pauses the key, recorded with `by` and `reason`: nothing new is admitted on it until resume(); holders finish. */
+  pause(input: { readonly key: string; readonly by: string; readonly reason?: string }, metadata?: JsonObject): Promise<{ paused: true }> {
+    return operator.pause(this.operatorDeps, input, metadata);
+  }
+
+  /** Resumes a paused key, recorded with `by` and `reason`; its free slots go to the parked jobs at once. */
+  resume(input: { readonly key: string; readonly by: string; readonly reason?: string }, metadata?: JsonObject): Promise<{ promoted: string[] }> {
+    return operator.resume(this.operatorDeps, input, metadata);
+  }
+
   /** Cancels a job, recorded with `by`; false when it had already finished. */
   cancel(input: { readonly jobId: string; readonly by: string }, metadata?: JsonObject): Promise<{ cancelled: boolean }> {
     return operator.cancel(this.operatorDeps, input, metadata);

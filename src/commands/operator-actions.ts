@@ -67,6 +67,22 @@ export const setLimit = async (deps: OperatorDeps, input: { readonly key: string
   return { limit: input.limit, promoted: jobIdsOf(events, 'JobPromoted') };
 };
 
+/** Stops admissions on the key (PauseKey): holders finish, parked jobs keep their order. Refused when already paused. */
+export const pause = async (deps: OperatorDeps, input: { readonly key: string; readonly by: string; readonly reason?: string }, metadata?: JsonObject): Promise<{ paused: true }> => {
+  const key = checkField('key', Key, input.key);
+  const command = checked<Command>({ type: 'PauseKey', by: input.by, ...(input.reason !== undefined ? { reason: input.reason } : {}) });
+  await run(deps, await existingKey(deps, key), command, metadata);
+  return { paused: true };
+};
+
+/** Admits on the key again (ResumeKey): its free slots go to the parked jobs at once. Refused when it is not paused. */
+export const resume = async (deps: OperatorDeps, input: { readonly key: string; readonly by: string; readonly reason?: string }, metadata?: JsonObject): Promise<{ promoted: string[] }> => {
+  const key = checkField('key', Key, input.key);
+  const command = checked<Command>({ type: 'ResumeKey', by: input.by, ...(input.reason !== undefined ? { reason: input.reason } : {}) });
+  const events = await run(deps, await existingKey(deps, key), command, metadata);
+  return { promoted: jobIdsOf(events, 'JobPromoted') };
+};
+
 /**
  * Cancels a scheduled, parked or running job: Cancel on the job's stream (found in jl_jobs). A job
  * already finished is not cancelled (false); a holder's slot goes to the next parked job.

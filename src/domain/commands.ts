@@ -85,6 +85,13 @@ export const RevokeLease = withOptional(command('RevokeLease', { by: By, jitter:
 /** Some parked jobs (jobIds) or all of them. */
 export const DiscardParked = withOptional(command('DiscardParked', { by: By }), { jobIds: t.array(Id) });
 export const Cancel = command('Cancel', { jobId: Id, by: By });
+/** An operator's reason for a pause or a resume. */
+export const MAX_REASON_LENGTH = 500;
+export const Reason = NonEmptyString(MAX_REASON_LENGTH);
+/** Stops admissions on the key (holders finish, parked jobs keep their order), recorded with who and why. */
+export const PauseKey = withOptional(command('PauseKey', { by: By }), { reason: Reason });
+/** Admits on the key again: its free slots go to the parked jobs at once. */
+export const ResumeKey = withOptional(command('ResumeKey', { by: By }), { reason: Reason });
 
 const codecs = {
   Enqueue,
@@ -98,6 +105,8 @@ const codecs = {
   ExpireLeases,
   SetLimit,
   RevokeLease,
+  PauseKey,
+  ResumeKey,
   DiscardParked,
   Cancel,
 };

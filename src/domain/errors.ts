@@ -10,7 +10,10 @@ export type DomainError =
   | { readonly tag: 'NotHolding'; readonly jobId: string }
   | { readonly tag: 'NotParked'; readonly jobIds: readonly string[] }
   /** An enqueue named a limit other than the key's recorded one (and does not own the limit). */
-  | { readonly tag: 'LimitMismatch'; readonly recorded: number; readonly requested: number };
+  | { readonly tag: 'LimitMismatch'; readonly recorded: number; readonly requested: number }
+  /** A pause of a paused key, or a resume of a running one. */
+  | { readonly tag: 'AlreadyPaused'; readonly by: string; readonly reason: string | null }
+  | { readonly tag: 'NotPaused' };
 
 export const describeDomainError = (e: DomainError): string => {
   switch (e.tag) {
@@ -26,6 +29,10 @@ export const describeDomainError = (e: DomainError): string => {
       return `job ${e.jobId} holds no slot on this key`;
     case 'NotParked':
       return `jobs not parked on this key: ${e.jobIds.join(', ')}`;
+    case 'AlreadyPaused':
+      return `the key is already paused (by ${e.by}${e.reason === null ? '' : `: ${e.reason}`}); nothing changed`;
+    case 'NotPaused':
+      return 'the key is not paused; nothing changed';
     case 'LimitMismatch':
       return `the key's limit is ${e.recorded}, not ${e.requested}: a key keeps the limit its first enqueue set; change it with set-limit (or enqueue from a job definition that owns the limit); nothing was written`;
   }

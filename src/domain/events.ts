@@ -93,6 +93,10 @@ export const SlotReleased = eventWith('SlotReleased', { jobId: JobId, leaseId: L
 export const JobYielded = eventWith('JobYielded', { jobId: JobId, leaseId: LeaseId }, { attempts: t.number, reason: t.string, retryAt: Time });
 export const JobCancelled = event('JobCancelled', { jobId: JobId, by: t.string });
 export const ParkedDiscarded = event('ParkedDiscarded', { jobId: JobId, by: t.string });
+/** An operator paused the key: nothing new is admitted on it (holders finish, parked jobs keep their order) until KeyResumed. */
+export const KeyPaused = event('KeyPaused', { by: t.string, reason: t.union([t.string, t.null]) });
+/** The key runs again: its free slots go to the parked jobs in their order, in the same append. */
+export const KeyResumed = event('KeyResumed', { by: t.string, reason: t.union([t.string, t.null]) });
 
 export const KeyEvent = t.union([
   KeyLimitSet,
@@ -112,6 +116,8 @@ export const KeyEvent = t.union([
   JobYielded,
   JobCancelled,
   ParkedDiscarded,
+  KeyPaused,
+  KeyResumed,
 ]);
 export type KeyEvent = t.TypeOf<typeof KeyEvent>;
 

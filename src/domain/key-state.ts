@@ -48,7 +48,11 @@ const JobState = t.type({
 });
 export type JobState = t.TypeOf<typeof JobState>;
 
-export const KeyStateCodec = t.type({
+/** Who paused the key, why and when: while paused nothing is admitted on it. */
+const Pause = t.type({ by: t.string, reason: t.union([t.string, t.null]), at: t.number });
+export type Pause = t.TypeOf<typeof Pause>;
+
+const KeyStateFields = t.type({
   /** 0 until the key's first KeyLimitSet. */
   limit: t.number,
   leaseMs: t.number,
@@ -59,6 +63,8 @@ export const KeyStateCodec = t.type({
   holding: t.number,
   jobs: t.record(t.string, JobState),
 });
+/** `paused` is absent while the key runs (and in states and snapshots made before pauses existed). */
+export const KeyStateCodec = t.intersection([KeyStateFields, t.partial({ paused: Pause })]);
 export type KeyState = t.TypeOf<typeof KeyStateCodec>;
 
 /** Bump when KeyState's shape or meaning changes: snapshots of another version are ignored and the stream is folded instead. */
@@ -166,6 +172,12 @@ export const apply = (d: Draft, event: KeyEvent): void => {
       d.limit = event.data.limit;
       d.leaseMs = event.data.leaseMs;
       return;
+    case 'KeyPaused':
+      d.paused = { by: event.data.by, reason: event.data.reason, at: event.data.at };
+      return;
+    case 'KeyResumed':
+      delete d.paused;
+      return;
     case 'JobEnqueued': {
       const e = event.data;
       if (e.solo === true && d.limit === 0) {
@@ -234,6 +246,7 @@ export const apply = (d: Draft, event: KeyEvent): void => {
 export interface ScratchMark {
   readonly journal: number;
   readonly scalars: Pick<KeyState, 'limit' | 'leaseMs' | 'nextSeq' | 'admissions' | 'holding'>;
+  readonly paused: Pause | undefined;
 }
 
 /**
@@ -252,8 +265,8 @@ export class Scratch {
   }
 
   mark(): ScratchMark {
-    const { limit, leaseMs, nextSeq, admissions, holding } = this.draft;
-    return { journal: this.journal.length, scalars: { limit, leaseMs, nextSeq, admissions, holding } };
+    const { limit, leaseMs, nextSeq, admissions, holding, paused } = this.draft;
+    return { journal: this.journal.length, scalars: { limit, leaseMs, nextSeq, admissions, holding }, paused };
   }
 
   apply(event: KeyEvent): void {
@@ -275,6 +288,8 @@ export class Scratch {
       else d.jobs[jobId] = before;
     }
     Object.assign(d, mark.scalars);
+    if (mark.paused === undefined) delete d.paused;
+    else d.paused = mark.paused;
   }
 }
 

@@ -224,11 +224,18 @@ const foldEvent = (c: JobChange, pe: ProjectedEvent): void => {
 export const projectReadModels = (events: readonly ProjectedEvent[]): readonly Statement[] => {
   const jobs = new Map<string, JobChange>();
   const keys = new Map<string, { stream: string; key: string; concurrency_limit: number; lease_ms: number; updated_at: number }>();
+  // The last pause or resume of each stream in the batch: the state it leaves is all that counts.
+  const pauses = new Map<string, { stream: string; paused_at: number | null; paused_by: string | null; paused_reason: string | null }>();
   for (const pe of events) {
     const { event } = pe;
     if (event.type === 'KeyLimitSet') {
       // A job without a key gets a limit-1 stream of its own: not a key a dashboard lists.
       if (pe.key !== null) keys.set(pe.stream, { stream: pe.stream, key: pe.key, concurrency_limit: event.data.limit, lease_ms: event.data.leaseMs, updated_at: event.data.at });
+      continue;
+    }
+    if (event.type === 'KeyPaused' || event.type === 'KeyResumed') {
+      const paused = event.type === 'KeyPaused';
+      pauses.set(pe.stream, { stream: pe.stream, paused_at: paused ? event.data.at : null, paused_by: paused ? event.data.by : null, paused_reason: paused ? event.data.reason : null });
       continue;
     }
     const { jobId } = event.data;
@@ -242,6 +249,7 @@ export const projectReadModels = (events: readonly ProjectedEvent[]): readonly S
     if (rows.length > 0) out.push(statement(text, JSON.stringify(rows)));
   };
   add(UPSERT_KEYS_SQL, [...keys.values()]);
+  add(PAUSE_KEYS_SQL, [...pauses.values()]);
   add(INSERT_JOBS_SQL, all.filter((c) => c.created !== null).map((c) => ({ job_id: c.jobId, stream: c.stream, key: c.key, ...c.created, ...c.cols, updated_at: c.updatedAt })));
   const updated = all.filter((c) => c.created === null && c.updatedAt !== null);
   if (updated.length > 0) out.push(statement(UPDATE_JOBS_SQL, JSON.stringify(updated.map((c) => ({ job_id: c.jobId, m: c.m, ...c.cols, yield_lease: c.yieldLease, updated_at: c.updatedAt }))), updated.map((c) => c.jobId)));
@@ -269,6 +277,12 @@ INSERT INTO jl_keys (stream, key, concurrency_limit, lease_ms, updated_at)
 SELECT stream, key, concurrency_limit, lease_ms, ${ms('updated_at')}
 FROM jsonb_to_recordset($1::jsonb) AS x (stream text, key text, concurrency_limit int, lease_ms int, updated_at float8)
 ON CONFLICT (stream) DO UPDATE SET concurrency_limit = excluded.concurrency_limit, lease_ms = excluded.lease_ms, updated_at = excluded.updated_at`;
+
+/** After UPSERT_KEYS_SQL: a key's first KeyLimitSet comes before any pause of it. */
+export const PAUSE_KEYS_SQL = `
+UPDATE jl_keys k SET paused_at = ${ms('x.paused_at')}, paused_by = x.paused_by, paused_reason = x.paused_reason
+FROM jsonb_to_recordset($1::jsonb) AS x (stream text, paused_at float8, paused_by text, paused_reason text)
+WHERE k.stream = x.stream`;
 
 export const INSERT_JOBS_SQL = `
 INSERT INTO jl_jobs (job_id, stream, key, seq, name, queue, args, priority, status, attempts, max_attempts, lease_ms,

@@ -56,9 +56,9 @@ describe('jobledger keys', () => {
     expect(result.code, result.stderr).toBe(0);
     expect(JSON.parse(result.stdout) as KeyRow[]).toEqual([
       // b, promoted by a's completion, holds the slot unstarted: no expiry until a worker starts it.
-      { key: 'acme', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'unstarted', atLimit: true, quarantine: null },
-      { key: 'quiet', limit: 1, inUse: 0, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'none', atLimit: false, quarantine: null },
-      { key: 'stale', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: BASE + 1_802 * SEC, leaseState: 'expired', atLimit: true, quarantine: null },
+      { key: 'acme', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'unstarted', atLimit: true, quarantine: null, paused: null },
+      { key: 'quiet', limit: 1, inUse: 0, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'none', atLimit: false, quarantine: null, paused: null },
+      { key: 'stale', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: BASE + 1_802 * SEC, leaseState: 'expired', atLimit: true, quarantine: null, paused: null },
     ]);
   });
 

@@ -4,7 +4,7 @@ import { keyStream } from '../../src/domain/streams.js';
 import { expectRefused as expectRefusedBy, runCli } from '../support/cli.js';
 import { openScriptedLedger, type ScriptedLedger } from '../support/ledger.js';
 
-// `jobledger release`, `discard`, `set-limit` and `cancel` as subprocesses against a ledger set
+// `jobledger release`, `discard`, `set-limit`, `pause`, `resume` and `cancel` as subprocesses against a ledger set
 // up in-process on the same database: what each records in the ledger, and that bad input
 // records nothing.
 
@@ -109,6 +109,37 @@ describe('jobledger set-limit', () => {
   ])('bad input %j exits 2, names %s, writes nothing', async (flags, named) => {
     if ((await s.ledger.keyDetail('lim-bad')) === null) await keyWith('lim-bad', 'lb1', ['lb2']);
     await expectRefused(['set-limit', ...flags], named);
+  });
+});
+
+describe('jobledger pause and resume', () => {
+  it('pause records who and why, new jobs park though a slot frees; resume promotes and says which', async () => {
+    const from = await keyWith('pz', 'pz0', []);
+    const paused = await jobledger('pause', '--key', 'pz', '--by', 'frank', '--reason', 'vendor outage');
+    expect(paused.code, paused.stderr).toBe(0);
+    expect(paused.stdout).toBe('key pz: paused (by frank: vendor outage)\n');
+    await s.ledger.enqueue({ name: 'work', key: 'pz', jobId: 'pz1' });
+    await new Promise((r) => setTimeout(r, 5));
+    const whilePaused = new Date().toISOString();
+    await new Promise((r) => setTimeout(r, 5));
+    const resumed = await jobledger('resume', '--key', 'pz', '--by', 'frank', '--json');
+    expect(resumed.code, resumed.stderr).toBe(0);
+    // pz0 still holds the only slot: nothing to promote yet.
+    expect(JSON.parse(resumed.stdout)).toEqual({ promoted: [] });
+    expect(await recorded('pz', from)).toEqual(['KeyPaused frank', 'JobEnqueued pz1', 'JobParked pz1', 'KeyResumed frank']);
+    // The past is replayable: state --at a moment while it was paused says so, and by whom.
+    expect(JSON.parse((await jobledger('state', '--key', 'pz', '--at', whilePaused, '--json')).stdout).paused).toMatchObject({ by: 'frank', reason: 'vendor outage' });
+    expect(JSON.parse((await jobledger('state', '--key', 'pz', '--json')).stdout).paused).toBeNull();
+  });
+
+  it.each([
+    [['pause', '--key', 'pz-bad', '--by', 'frank', '--reason', ''], '--reason'],
+    [['pause', '--key', ''], '--key'],
+    [['pause', '--key', 'nobody'], 'nobody'],
+    [['resume', '--key', 'pz-bad'], 'not paused'],
+  ])('bad input %j exits 2, names %s, writes nothing', async (args, named) => {
+    if ((await s.ledger.keyDetail('pz-bad')) === null) await keyWith('pz-bad', 'pzb0', []);
+    await expectRefused(args, named);
   });
 });
 

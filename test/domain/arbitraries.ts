@@ -54,6 +54,8 @@ export type Intent = { readonly dt: number } & (
   | { readonly kind: 'admitDue' }
   | { readonly kind: 'expireLeases'; readonly jitter: number }
   | { readonly kind: 'setLimit'; readonly limit: number; readonly leaseMs: number | null }
+  | { readonly kind: 'pause'; readonly reason: string | null }
+  | { readonly kind: 'resume' }
   | { readonly kind: 'revoke'; readonly pick: number | null; readonly jitter: number }
   | { readonly kind: 'discard'; readonly mask: number | null; readonly stray: number | null }
   | { readonly kind: 'cancel'; readonly pick: number }
@@ -145,6 +147,8 @@ const intentArb: fc.Arbitrary<Intent> = fc.oneof(
       fc.record({ kind: fc.constant('setLimit' as const), limit: fc.integer({ min: 1, max: 4 }), leaseMs: sometimes(leaseMsArb, 50) }),
     ),
   },
+  { weight: 2, arbitrary: withDt(fc.record({ kind: fc.constant('pause' as const), reason: sometimes(fc.constantFrom('vendor outage', 'deploy'), 50) })) },
+  { weight: 2, arbitrary: withDt(fc.record({ kind: fc.constant('resume' as const) })) },
   {
     weight: 4,
     arbitrary: withDt(fc.record({ kind: fc.constant('revoke' as const), pick: sometimes(pickArb, 70), jitter: jitterArb })),
@@ -298,6 +302,10 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
       return { type: 'ExpireLeases', jitter: intent.jitter };
     case 'setLimit':
       return { type: 'SetLimit', limit: intent.limit, by, ...(intent.leaseMs === null ? {} : { leaseMs: intent.leaseMs }) };
+    case 'pause':
+      return { type: 'PauseKey', by, ...(intent.reason === null ? {} : { reason: intent.reason }) };
+    case 'resume':
+      return { type: 'ResumeKey', by };
     case 'revoke': {
       if (intent.pick === null) return { type: 'RevokeLease', by, jitter: intent.jitter };
       const hs = holders(state).sort(bySeq);

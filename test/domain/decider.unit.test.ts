@@ -19,9 +19,11 @@ import {
   job,
   limitSet,
   parked,
+  paused,
   promoted,
   released,
   renewed,
+  resumed,
   revoked,
   scheduled,
   started,
@@ -370,6 +372,47 @@ describe('the dispatch message follows its lease (issue 9: the archive is part o
       .when({ type: 'Complete', jobId: 'a', leaseId: 'a:1', handOffTo: { workerId: 'w1', queue: 'default' } }, T0 + 2 * SEC)
       .state();
     expect(state.jobs.b?.lease).toMatchObject({ leaseId: 'b:2', workerId: 'w1', msgId: null });
+  });
+});
+
+describe('PauseKey and ResumeKey', () => {
+  const running = [limitSet(2), enqueued(a), acquired('a', 'a:1')];
+
+  it('while paused nothing new is admitted: an enqueue parks though a slot is free', () => {
+    given(...running, paused('ops', 'vendor outage'))
+      .when({ type: 'Enqueue', job: b }, T0 + SEC)
+      .then(enqueued(b, T0 + SEC), parked('b', T0 + SEC));
+  });
+
+  it('holders finish, and their release promotes no one while paused', () => {
+    given(...running, enqueued(b), parked('b'), paused('ops', null), started('a', 'a:1', T0))
+      .when({ type: 'Complete', jobId: 'a', leaseId: 'a:1' }, T0 + SEC)
+      .then(completed('a', 'a:1', T0 + SEC), released('a', 'a:1', 'completed', T0 + SEC));
+  });
+
+  it('a due job parks while paused', () => {
+    given(...running, enqueued({ ...b, runAt: T0 + SEC }), scheduled('b', T0 + SEC), paused('ops', null))
+      .when({ type: 'AdmitDue' }, T0 + 2 * SEC)
+      .then(parked('b', T0 + 2 * SEC));
+  });
+
+  it('pausing is recorded with who and why; pausing a paused key is refused, so the first who and why stay', () => {
+    given(...running)
+      .when({ type: 'PauseKey', by: 'ops', reason: 'vendor outage' }, T0 + SEC)
+      .then(paused('ops', 'vendor outage', T0 + SEC));
+    given(...running, paused('ops', 'vendor outage'))
+      .when({ type: 'PauseKey', by: 'bob' })
+      .thenRefused({ tag: 'AlreadyPaused', by: 'ops', reason: 'vendor outage' });
+  });
+
+  it('resuming promotes the parked jobs into the free slots, in their order, in the same append', () => {
+    given(...running, paused('ops', null), enqueued(b), parked('b'), enqueued(c), parked('c'), enqueued(job('d')), parked('d'))
+      .when({ type: 'ResumeKey', by: 'ops', reason: 'vendor back' }, T0 + SEC)
+      .then(resumed('ops', 'vendor back', T0 + SEC), promoted('b', 'b:2', T0 + SEC, SEC));
+  });
+
+  it('resuming a key that runs is refused', () => {
+    given(...running).when({ type: 'ResumeKey', by: 'ops' }).thenRefused({ tag: 'NotPaused' });
   });
 });
 

@@ -72,17 +72,24 @@ const holdersWithinLimitAfterEveryAdmission = (trace: Trace): void =>
     if (n > after.limit) violation(trace, step, `invariant 1: ${event.type}(${event.data.jobId}) left ${n} holders on a limit of ${after.limit}`);
   });
 
-// 2. no idle capacity while jobs wait
+// 2. no idle capacity while jobs wait, unless an operator paused the key
 
 const noIdleCapacityWhileJobsWait = (trace: Trace): void => {
   for (const step of trace.steps) {
     const parked = jobsIn(step.after, 'parked').length;
     const held = holders(step.after).length;
-    if (parked > 0 && held < step.after.limit) {
+    if (parked > 0 && held < step.after.limit && step.after.paused === undefined) {
       violation(trace, step, `invariant 2: ${parked} job(s) parked while only ${held} of ${step.after.limit} slots are held`);
     }
   }
 };
+
+// 2b. a paused key admits no one
+
+const pausedKeyAdmitsNoOne = (trace: Trace): void =>
+  forEachEvent(trace, ({ step, event, before }) => {
+    if (isAdmission(event) && before.paused !== undefined) violation(trace, step, `a paused key admitted ${event.data.jobId} (${event.type})`);
+  });
 
 // 3. promotion order
 
@@ -378,6 +385,12 @@ const decisionsAreTotalAndRefuseOnlyWhatTheyMust = (trace: Trace): void => {
       case 'RevokeLease':
         expected = c.jobId !== undefined && job?.lease == null ? 'NotHolding' : null;
         break;
+      case 'PauseKey':
+        expected = before.paused !== undefined ? 'AlreadyPaused' : null;
+        break;
+      case 'ResumeKey':
+        expected = before.paused === undefined ? 'NotPaused' : null;
+        break;
       case 'DiscardParked': {
         const notParked = (c.jobIds ?? []).filter((id) => before.jobs[id]?.status !== 'parked');
         expected = notParked.length > 0 ? 'NotParked' : null;
@@ -512,8 +525,12 @@ describe('key stream invariants (DESIGN.md), over random command sequences with 
     check(holdersWithinLimitAfterEveryAdmission);
   }, TIMEOUT_MS);
 
-  it('2. no idle capacity while jobs wait: parked non-empty ⇒ holders ≥ limit', () => {
+  it('2. no idle capacity while jobs wait: parked non-empty ⇒ holders ≥ limit, or the key is paused', () => {
     check(noIdleCapacityWhileJobsWait);
+  }, TIMEOUT_MS);
+
+  it('2b. a paused key admits no one (no SlotAcquired or JobPromoted between KeyPaused and KeyResumed)', () => {
+    check(pausedKeyAdmitsNoOne);
   }, TIMEOUT_MS);
 
   it('3. promotion order: lowest priority number first, then enqueue order (parked and due scheduled jobs)', () => {

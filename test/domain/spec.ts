@@ -74,3 +74,5 @@ export const released = (jobId: string, leaseId: string, reason: EventData<'Slot
 export const yielded = (jobId: string, leaseId: string, at: number, attempts: number) => ev('JobYielded')({ jobId, leaseId, attempts }, at);
 export const cancelled = (jobId: string, by: string, at: number) => ev('JobCancelled')({ jobId, by }, at);
 export const discarded = (jobId: string, by: string, at: number) => ev('ParkedDiscarded')({ jobId, by }, at);
+export const paused = (by: string, reason: string | null, at = T0) => ev('KeyPaused')({ by, reason }, at);
+export const resumed = (by: string, reason: string | null, at = T0) => ev('KeyResumed')({ by, reason }, at);

@@ -200,6 +200,35 @@ describe('POST /api/keys/limit', () => {
   });
 });
 
+describe('POST /api/keys/pause and /api/keys/resume', () => {
+  it('pause needs the token, records who and why, and shows on the key; resume promotes; a second pause is a 409', async () => {
+    await s.ledger.enqueueMany([1, 2].map((n) => ({ name: 'work', key: 'pause/ключ', limit: 1, jobId: `pz-${n}` })));
+    await s.refused(() => s.post('/api/keys/pause', { key: 'pause/ключ' }, null), 401);
+    const paused = await s.post('/api/keys/pause', { key: 'pause/ключ', by: 'carol', reason: 'vendor outage' });
+    expect(paused).toEqual({ status: 200, body: { paused: true } });
+    const row = (await s.get('/api/keys')).body.keys.find((k: { key: string }) => k.key === 'pause/ключ');
+    expect(row.paused).toMatchObject({ by: 'carol', reason: 'vendor outage' });
+    expect((await s.get('/api/keys/detail', { key: 'pause/ключ' })).body.paused).toMatchObject({ by: 'carol' });
+    await s.refused(() => s.post('/api/keys/pause', { key: 'pause/ключ' }), 409);
+    const resumed = await s.post('/api/keys/resume', { key: 'pause/ключ', by: 'carol' });
+    expect(resumed).toEqual({ status: 200, body: { promoted: [] } });
+    await s.refused(() => s.post('/api/keys/resume', { key: 'pause/ключ' }), 409);
+  });
+
+  it.each([
+    [{ key: 'pause/ключ', reason: '' }, 'reason'],
+    [{ key: 'pause/ключ', reason: 'a\u0000b' }, 'reason'],
+    [{ key: 'pause/ключ', reason: 5 }, 'reason'],
+    [{}, 'key'],
+  ])('bad body %j: 400 naming %s, nothing written', async (body, field) => {
+    await s.refused(() => s.post('/api/keys/pause', body), 400, field);
+  });
+
+  it('404 for an unknown key', async () => {
+    await s.refused(() => s.post('/api/keys/pause', { key: 'nobody' }), 404);
+  });
+});
+
 describe('a quarantined key (its stream holds an event this release cannot decode)', () => {
   it('regression: its detail is served from the read models (with the quarantine, no handoffs) instead of a 500; its audit is a 409 naming where the event is', async () => {
     const key = 'quarantined-view';

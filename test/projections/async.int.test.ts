@@ -204,7 +204,7 @@ describe('async mode', () => {
       await caughtUp(s.db.pool, READ_MODELS);
       await caughtUp(s.db.pool, DISPATCHER);
       const batches = await expectDispatcherBehindReadModels(s.db.pool);
-      expect(await expectOneMessagePerAdmission(s.db.pool, { batches })).toBeGreaterThan(20);
+      expect(await expectOneMessagePerAdmission(s.db.pool, { batches })).toBeGreaterThan(10);
       await expectReadModelsMatchFold(s.db.pool);
     } finally {
       await Promise.all(runners.splice(0).map((r) => r.stop()));

@@ -53,7 +53,7 @@ afterAll(async () => {
 });
 
 describe("a ledger of today's format (fixture)", () => {
-  it('covers every event type', () => {
+  it('covers every event type of its format (the 17 before KeyPaused and KeyResumed)', () => {
     expect(new Set(fixture.events.map((e) => e.type)).size).toBe(17);
   });
 
@@ -68,7 +68,19 @@ describe("a ledger of today's format (fixture)", () => {
 
   it('a replay rebuilds the read models it had, and verify finds nothing different', async () => {
     await rebuild(db.pool, createReadModelProjections());
-    expect(json(await readModelRows(db.pool))).toEqual(fixture.readModels);
+    // Columns added since this format (jl_keys.paused_*) must read as their default, NULL; the rest as they were.
+    const rows = json(await readModelRows(db.pool)) as Record<string, Record<string, unknown>[]>;
+    const asWritten = Object.fromEntries(
+      Object.entries(fixture.readModels).map(([table, written]) => {
+        const columns = Object.keys((written[0] ?? {}) as object);
+        return [table, rows[table]!.map((row) => Object.fromEntries(columns.map((c) => [c, row[c]])))];
+      }),
+    );
+    expect(asWritten).toEqual(fixture.readModels);
+    const added = Object.entries(rows).flatMap(([table, live]) =>
+      live.flatMap((row) => Object.entries(row).filter(([c, v]) => !(c in ((fixture.readModels[table]?.[0] ?? {}) as object)) && v !== null).map(([c]) => `${table}.${c}`)),
+    );
+    expect(added).toEqual([]);
     expect((await verify(db.pool, createReadModelProjections())).differences).toEqual([]);
   });
 

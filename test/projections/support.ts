@@ -176,7 +176,7 @@ export const expectedMessages = async (db: Db, options: { readonly batches?: rea
     let state = states.get(r.stream);
     if (state === undefined) states.set(r.stream, (state = draftOf(initialKeyState)));
     apply(state, e);
-    if (e.type === 'KeyLimitSet') continue;
+    if (e.type === 'KeyLimitSet' || e.type === 'KeyPaused' || e.type === 'KeyResumed') continue;
     const { jobId } = e.data;
     if (e.type === 'JobEnqueued') enqueued.set(jobId, { name: e.data.name, args: e.data.args ?? null, queue: e.data.queue, leaseMs: e.data.leaseMs });
     if (e.type === 'JobStarted') startedIn.add(`${r.position.commit}/${e.data.leaseId}`);
@@ -288,7 +288,7 @@ export const manualClock = (start = Date.UTC(2030, 0, 1)) => {
 /**
  * `steps` random commands over `keys` (and some jobs without a key) through the real ledger:
  * enqueues (with priorities, delays, limits), starts, renewals, completions, failures, yields,
- * cancels, discards, limit changes, revocations, lease expiry and due admissions, with the clock
+ * cancels, discards, limit changes, pauses and resumes, revocations, lease expiry and due admissions, with the clock
  * moving on. Refused commands (stale leases...) are part of the run. With `pool`, most starts
  * name the lease's dispatch message when it is in the queue (as a worker's read does), so its
  * renewals and release move and archive it.
@@ -361,8 +361,10 @@ export const randomRun = async (
     } else if (roll < 0.96) {
       const job = r.pick(parked);
       if (job) await run({ type: 'DiscardParked', jobIds: [job.jobId], by: 'ops' });
-    } else if (roll < 0.98) {
+    } else if (roll < 0.975) {
       await run({ type: 'SetLimit', limit: 1 + r.int(4), by: 'ops' });
+    } else if (roll < 0.995) {
+      await run(state.paused === undefined ? { type: 'PauseKey', by: 'ops', reason: 'maintenance' } : { type: 'ResumeKey', by: 'ops' });
     } else {
       const job = r.pick(held);
       if (job) await run({ type: 'RevokeLease', jobId: job.jobId, by: 'ops', jitter: r.next() });

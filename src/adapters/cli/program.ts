@@ -12,6 +12,7 @@ import { registerMigrate } from './commands/migrate.js';
 import { registerRelease } from './commands/release.js';
 import { registerReplay } from './commands/replay.js';
 import { registerServe } from './commands/serve.js';
+import { registerPause } from './commands/pause.js';
 import { registerSetLimit } from './commands/set-limit.js';
 import { registerState } from './commands/state.js';
 import { registerWorker } from './commands/worker.js';
@@ -37,6 +38,7 @@ export const buildProgram = (ctx: CommandContext, version: string): Command => {
     registerRelease,
     registerDiscard,
     registerSetLimit,
+    registerPause,
     registerCancel,
     registerReplay,
     registerDemo,

@@ -29,6 +29,7 @@ export const registerMetrics = (app: FastifyInstance, ledger: Ledger, db: Querya
     gauge('keys_quarantined', 'Keys (and jobs without a key, each a stream of its own) with an event a reader cannot decode: their commands are refused, their jobs wait, their read models are held back (see jl_quarantined).', [], (g, f) =>
       g.set(f.quarantinedStreams),
     ),
+    gauge('keys_paused', 'Keys an operator paused: nothing new is admitted on them until resumed (holders finish).', [], (g, f) => g.set(f.pausedKeys)),
     gauge('slots_held', 'Slots held now (one per holder and lease).', [], (g, f) => g.set(f.slotsHeld)),
     gauge('slots_lease_expired', 'Held slots whose lease has run out, not yet reclaimed by the sweeper.', [], (g, f) => g.set(f.slotsExpired)),
     gauge('parked_jobs', 'Jobs parked, waiting for a slot of their key.', [], (g, f) => g.set(f.parked)),

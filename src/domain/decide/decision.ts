@@ -43,13 +43,14 @@ export class Decision {
     return `${jobId}:${this.state.admissions + 1}`;
   }
 
+  /** A paused key has none: nothing new is admitted on it until it is resumed. */
   private hasFreeSlot(): boolean {
-    return this.draft.holding < this.draft.limit;
+    return this.draft.paused === undefined && this.draft.holding < this.draft.limit;
   }
 
   /**
    * A due job takes a free slot or parks. Parked jobs are only ever waiting when the key is full
-   * (invariant 2), so a free slot means nobody is ahead. The admission has no expiry: its lease
+   * or paused (invariant 2), so a free slot means nobody is ahead. The admission has no expiry: its lease
    * starts counting when a worker starts it.
    */
   admit(jobId: string): void {

@@ -12,6 +12,7 @@ import { discardParked } from './discard-parked.js';
 import { enqueue } from './enqueue.js';
 import { expireLeases } from './expire-leases.js';
 import { fail } from './fail.js';
+import { pauseKey, resumeKey } from './pause.js';
 import { renew } from './renew.js';
 import { revokeLease } from './revoke-lease.js';
 import { setLimit } from './set-limit.js';
@@ -55,6 +56,10 @@ const decideWith = (command: Command, d: Decision): Either<DomainError, readonly
       return expireLeases(command, d);
     case 'SetLimit':
       return setLimit(command, d);
+    case 'PauseKey':
+      return pauseKey(command, d);
+    case 'ResumeKey':
+      return resumeKey(command, d);
     case 'RevokeLease':
       return revokeLease(command, d);
     case 'DiscardParked':

@@ -31,6 +31,7 @@ export const registerState = (program: Command, ctx: CommandContext): void => {
         at: time(at),
         limit: state.limit,
         leaseMs: state.leaseMs,
+        paused: state.paused === undefined ? null : { by: state.paused.by, reason: state.paused.reason, at: time(state.paused.at) },
         holders: holders(state).map((j) => ({ jobId: j.jobId, leaseId: j.lease?.leaseId, since: time(j.lease?.acquiredAt), expiresAt: time(j.lease?.expiresAt), workerId: j.lease?.workerId, attempts: j.attempts })),
         parked: parkedInOrder(state).map((j) => ({ jobId: j.jobId, priority: j.priority, parkedAt: time(j.parkedAt) })),
         scheduled: jobsIn(state, 'scheduled').map((j) => ({ jobId: j.jobId, priority: j.priority, runAt: time(j.runAt), attempts: j.attempts })),
@@ -38,6 +39,7 @@ export const registerState = (program: Command, ctx: CommandContext): void => {
       print({ json: flags.json === true }, view, () =>
         [
           `key ${JSON.stringify(flags.key)} at revision ${revision}${at ? ` (${time(at)})` : ''}: limit ${state.limit}, ${view.holders.length} holding, ${view.parked.length} parked, ${view.scheduled.length} scheduled`,
+          view.paused ? `paused by ${view.paused.by} at ${view.paused.at}${view.paused.reason === null ? '' : `: ${view.paused.reason}`} (nothing new is admitted)` : '',
           view.holders.length ? table(['holder', 'lease', 'since', 'expires', 'worker', 'attempts'], view.holders.map((h) => [h.jobId, h.leaseId, h.since, h.expiresAt, h.workerId, h.attempts])) : '',
           view.parked.length ? table(['parked (promotion order)', 'priority', 'parked at'], view.parked.map((p) => [p.jobId, p.priority, p.parkedAt])) : '',
           view.scheduled.length ? table(['scheduled', 'priority', 'run at', 'attempts'], view.scheduled.map((s) => [s.jobId, s.priority, s.runAt, s.attempts])) : '',

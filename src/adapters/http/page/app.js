@@ -181,6 +181,9 @@ const leaseBadge = (leaseState) => el('span', { className: `badge lease-${leaseS
 const quarantineBadge = (q) =>
   q ? el('span', { className: 'badge quarantined-badge', title: `revision ${q.revision} (position ${q.position}): ${q.error}` }, 'quarantined') : null;
 
+// A paused key admits nothing new (holders finish, parked jobs keep their order) until resumed.
+const pausedBadge = (p) => (p ? el('span', { className: 'badge paused-badge', title: `paused by ${p.by}${p.reason ? `: ${p.reason}` : ''}` }, 'paused') : null);
+
 const quarantineText = (q) =>
   `Quarantined since ${clock(q.firstSeen)}: the event at revision ${q.revision} (global position ${q.position}) does not decode — ${q.error}. ` +
   `Stopped at it: ${q.readers.join(', ')}. Its commands are refused and its jobs wait; what is shown is the key before that event. ` +
@@ -197,7 +200,7 @@ const renderKeys = () => {
       el(
         'tr',
         { className: k.atLimit ? 'at-limit' : undefined, dataset: { key: k.key } },
-        el('td', { dataset: { label: 'Key' } }, el('a', { href: keyHref(k.key), className: 'key-link' }, k.key), quarantineBadge(k.quarantine)),
+        el('td', { dataset: { label: 'Key' } }, el('a', { href: keyHref(k.key), className: 'key-link' }, k.key), quarantineBadge(k.quarantine), pausedBadge(k.paused)),
         el('td', { dataset: { label: 'In use / limit' } }, el('span', { className: 'use' }, `${k.inUse} / ${k.limit}`), k.atLimit ? el('span', { className: 'badge at-limit-badge' }, 'at limit') : null),
         el('td', { dataset: { label: 'Lease' } }, leaseBadge(k.leaseState)),
         el('td', { dataset: { label: 'Parked' }, className: 'num' }, String(k.parked)),
@@ -362,6 +365,9 @@ const renderDetail = (detail) => {
   $('key-body').hidden = false;
   $('key-quarantine').hidden = detail.quarantine === null;
   setText('key-quarantine', detail.quarantine === null ? '' : quarantineText(detail.quarantine));
+  $('key-paused').hidden = detail.paused === null;
+  setText('key-paused', detail.paused === null ? '' : `Paused by ${detail.paused.by} ${fromNow(detail.paused.at)}${detail.paused.reason ? `: ${detail.paused.reason}` : ''}. Nothing new is admitted: holders finish, parked jobs keep their order.`);
+  setText('pause-toggle', detail.paused === null ? 'Pause key' : 'Resume key');
   setText('key-summary', `${detail.holders.length} / ${detail.limit} slots held · ${detail.parked.length} parked · ${detail.scheduled.length} scheduled · lease ${duration(detail.leaseMs)}`);
   const limit = $('limit-input');
   if (document.activeElement !== limit) limit.value = String(detail.limit);
@@ -468,6 +474,18 @@ const wire = () => {
       },
       () => postJson('/api/keys/limit', { key, limit }),
       (r) => `Limit of ${key} is now ${r.limit}${r.promoted.length ? `; promoted ${r.promoted.length}` : ''}.`,
+    );
+  });
+  $('pause-toggle').addEventListener('click', () => {
+    if (!detail) return;
+    const key = detail.key;
+    const pausing = detail.paused === null;
+    act(
+      pausing
+        ? { title: `Pause “${key}”?`, text: 'No new job of the key starts until it is resumed; jobs holding slots finish, parked jobs keep their order.', warning: null, confirm: 'Pause key' }
+        : { title: `Resume “${key}”?`, text: `Its free slots go to the ${detail.parked.length} parked job${detail.parked.length === 1 ? '' : 's'} at once, in their order.`, warning: null, confirm: 'Resume key' },
+      () => postJson(pausing ? '/api/keys/pause' : '/api/keys/resume', { key }),
+      (r) => (pausing ? `${key} is paused.` : `${key} runs again${r.promoted.length ? `; promoted ${r.promoted.length}` : ''}.`),
     );
   });
   window.addEventListener('hashchange', showKey);

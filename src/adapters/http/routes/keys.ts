@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import * as t from 'io-ts';
+import { Reason } from '../../../domain/commands.js';
 import { UnknownKeyError } from '../../../domain/errors.js';
 import { Actor, JobId, Key, Limit } from '../../../domain/values.js';
 import type { Ledger } from '../../ledger.js';
@@ -12,6 +13,7 @@ const KeyQuery = closedObject({ key: Key }, {});
 const ReleaseBody = closedObject({ key: Key }, { jobId: JobId, by: Actor });
 const DiscardBody = closedObject({ key: Key }, { jobIds: t.array(JobId), by: Actor });
 const LimitBody = closedObject({ key: Key, limit: Limit }, { by: Actor });
+const PauseBody = closedObject({ key: Key }, { by: Actor, reason: Reason });
 
 export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger): void => {
   /** The cards' totals and one row per key. */
@@ -55,5 +57,17 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger): void =>
   app.post('/api/keys/limit', async (request) => {
     const body = decodeInput(LimitBody, request.body, '(body)');
     return ledger.setLimit({ key: body.key, limit: body.limit, by: operator(request, body.by) }, VIA);
+  });
+
+  /** Nothing new is admitted on the key until resumed; holders finish. 409 when already paused. */
+  app.post('/api/keys/pause', async (request) => {
+    const body = decodeInput(PauseBody, request.body, '(body)');
+    return ledger.pause({ key: body.key, by: operator(request, body.by), ...(body.reason === undefined ? {} : { reason: body.reason }) }, VIA);
+  });
+
+  /** The key admits again: its free slots go to the parked jobs at once. 409 when it is not paused. */
+  app.post('/api/keys/resume', async (request) => {
+    const body = decodeInput(PauseBody, request.body, '(body)');
+    return ledger.resume({ key: body.key, by: operator(request, body.by), ...(body.reason === undefined ? {} : { reason: body.reason }) }, VIA);
   });
 };

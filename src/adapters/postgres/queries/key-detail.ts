@@ -2,6 +2,7 @@ import { keyStream } from '../../../domain/streams.js';
 import { Key, checkField } from '../../../domain/values.js';
 import type { Queryable } from '../../../projections/runner.js';
 import { leaseStateOf } from './list-keys.js';
+import { pauseJson, toPause, type KeyPause } from './pause.js';
 import { quarantineJson, toQuarantine, type KeyQuarantine } from './quarantine.js';
 import { epochMs, toMs } from './sql.js';
 
@@ -46,6 +47,8 @@ export interface KeyDetail {
   readonly scheduled: ScheduledJob[];
   /** Non-null while an event of the key's stream does not decode: what is shown here is the key as it was before it. */
   readonly quarantine: KeyQuarantine | null;
+  /** Non-null while an operator has the key paused: nothing new is admitted on it. */
+  readonly paused: KeyPause | null;
 }
 
 // One statement, so holders, parked and scheduled jobs come from one snapshot: a job promoted
@@ -72,7 +75,8 @@ SELECT k.key,
                 ORDER BY j.run_at, j.seq)
          FROM jl_jobs j
          WHERE j.stream = k.stream AND j.run_at IS NOT NULL), '[]') AS scheduled,
-       ${quarantineJson('k.stream')} AS quarantine
+       ${quarantineJson('k.stream')} AS quarantine,
+       ${pauseJson('k')} AS paused
 FROM jl_keys k
 WHERE k.stream = $1`;
 
@@ -84,6 +88,7 @@ interface Row {
   parked: ParkedJob[];
   scheduled: ScheduledJob[];
   quarantine: Parameters<typeof toQuarantine>[0];
+  paused: KeyPause | null;
 }
 
 /** One key's holders, parked and scheduled jobs; null for a key never seen. Throws ValidationError('key') on a bad key. */
@@ -102,5 +107,6 @@ export const keyDetail = async (db: Queryable, key: string, now: number): Promis
     parked: row.parked.map((p) => ({ ...p, parkedAt: toMs(p.parkedAt) })),
     scheduled: row.scheduled.map((s) => ({ ...s, runAt: toMs(s.runAt) })),
     quarantine: toQuarantine(row.quarantine),
+    paused: toPause(row.paused),
   };
 };

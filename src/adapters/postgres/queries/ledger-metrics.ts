@@ -16,6 +16,8 @@ export interface LedgerMetrics {
   readonly keysAtLimit: number;
   /** Streams (keys, and jobs without a key) with an event some reader cannot decode (jl_quarantined). */
   readonly quarantinedStreams: number;
+  /** Keys an operator paused (jl_keys.paused_at): nothing new is admitted on them. */
+  readonly pausedKeys: number;
   readonly slotsHeld: number;
   /** Held slots whose lease has run out (the sweeper has not reclaimed them yet). */
   readonly slotsExpired: number;
@@ -33,6 +35,7 @@ SELECT
   (SELECT count(*) FROM jl_keys)::int AS keys,
   (SELECT count(*) FROM jl_key_stats WHERE in_use >= concurrency_limit)::int AS keys_at_limit,
   (SELECT count(DISTINCT stream) FROM jl_quarantined)::int AS quarantined_streams,
+  (SELECT count(*) FROM jl_keys WHERE paused_at IS NOT NULL)::int AS paused_keys,
   (SELECT count(*) FROM jl_slots)::int AS slots_held,
   (SELECT count(*) FROM jl_slots WHERE expires_at <= statement_timestamp())::int AS slots_expired,
   (SELECT count(*) FROM jl_parked)::int AS parked,
@@ -53,6 +56,7 @@ interface Row {
   keys: number;
   keys_at_limit: number;
   quarantined_streams: number;
+  paused_keys: number;
   slots_held: number;
   slots_expired: number;
   parked: number;
@@ -74,6 +78,7 @@ export const readLedgerMetrics = async (db: Queryable, asyncProjections: readonl
     keys: r.keys,
     keysAtLimit: r.keys_at_limit,
     quarantinedStreams: r.quarantined_streams,
+    pausedKeys: r.paused_keys,
     slotsHeld: r.slots_held,
     slotsExpired: r.slots_expired,
     parked: r.parked,

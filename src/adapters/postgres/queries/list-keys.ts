@@ -1,5 +1,6 @@
 import type { Queryable } from '../../../projections/runner.js';
 import { quarantineJson, toQuarantine, type KeyQuarantine } from './quarantine.js';
+import { pauseJson, toPause, type KeyPause } from './pause.js';
 import { epochMs, toMs } from './sql.js';
 
 export type LeaseState = 'live' | 'expired' | 'unstarted' | 'none';
@@ -22,19 +23,22 @@ export interface KeyRow {
   readonly atLimit: boolean;
   /** Non-null while an event of the key's stream does not decode: its commands are refused and its jobs wait (see KeyQuarantine). */
   readonly quarantine: KeyQuarantine | null;
+  /** Non-null while an operator has the key paused: nothing new is admitted on it. */
+  readonly paused: KeyPause | null;
 }
 
 const SQL = /* sql */ `
-SELECT key,
-       concurrency_limit AS "limit",
+SELECT jl_key_stats.key,
+       jl_key_stats.concurrency_limit AS "limit",
        in_use AS "inUse",
        parked,
        scheduled,
        ${epochMs('oldest_parked_at')} AS "oldestParkedAt",
        ${epochMs('next_lease_expiry')} AS "nextLeaseExpiry",
-       ${quarantineJson('jl_key_stats.stream')} AS quarantine
-FROM jl_key_stats
-ORDER BY key`;
+       ${quarantineJson('jl_key_stats.stream')} AS quarantine,
+       ${pauseJson('k')} AS paused
+FROM jl_key_stats JOIN jl_keys k USING (stream)
+ORDER BY jl_key_stats.key`;
 
 type Row = Omit<KeyRow, 'leaseState' | 'atLimit' | 'quarantine'> & { readonly quarantine: Parameters<typeof toQuarantine>[0] };
 
@@ -57,6 +61,7 @@ export const listKeys = async (db: Queryable, now: number): Promise<KeyRow[]> =>
       leaseState: leaseStateOf(nextLeaseExpiry, r.inUse, now),
       atLimit: r.inUse >= r.limit,
       quarantine: toQuarantine(r.quarantine),
+      paused: toPause(r.paused),
     };
   });
 };

@@ -43,9 +43,9 @@ describe('keys()', () => {
     s.at(T0 + 6 * SEC);
     expect(await s.ledger.keys()).toEqual([
       // b2 and b4 hold their slots unstarted: no expiry (issue 9: a backlog nobody has read costs nothing).
-      { key: 'busy', limit: 2, inUse: 2, parked: 2, scheduled: 1, oldestParkedAt: T0 + SEC, nextLeaseExpiry: null, leaseState: 'unstarted', atLimit: true , quarantine: null },
-      { key: 'idle', limit: 1, inUse: 0, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'none', atLimit: false , quarantine: null },
-      { key: 'stale', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: T0 + 7 * SEC, leaseState: 'live', atLimit: true , quarantine: null },
+      { key: 'busy', limit: 2, inUse: 2, parked: 2, scheduled: 1, oldestParkedAt: T0 + SEC, nextLeaseExpiry: null, leaseState: 'unstarted', atLimit: true, quarantine: null, paused: null },
+      { key: 'idle', limit: 1, inUse: 0, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'none', atLimit: false, quarantine: null, paused: null },
+      { key: 'stale', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: T0 + 7 * SEC, leaseState: 'live', atLimit: true, quarantine: null, paused: null },
     ]);
     s.at(T0 + 7 * SEC);
     expect((await s.ledger.keys()).find((k) => k.key === 'stale')?.leaseState).toBe('expired');
@@ -69,6 +69,7 @@ describe('keyDetail()', () => {
       ],
       scheduled: [{ jobId: 'b6', name: 'later', runAt: T0 + 62 * SEC, attempts: 0 }],
       quarantine: null,
+      paused: null,
     });
   });
 

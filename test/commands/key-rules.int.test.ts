@@ -1,13 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { defineJob } from '../../src/adapters/worker/define-job.js';
-import { LimitConflictError } from '../../src/domain/errors.js';
+import { LimitConflictError, RefusedError, UnknownKeyError } from '../../src/domain/errors.js';
+import { holders, jobsIn } from '../../src/domain/key-state.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { keyStream } from '../../src/domain/streams.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 
-// Issue 11, "a key's limit is stable" (velocious keeps the first cap registered): two job types
-// sharing a key used to flip its limit back and forth, each enqueue silently changing it.
+// Issue 11's rules of a key, through the ledger on real PostgreSQL:
+// - a key's limit is stable (velocious keeps the first cap registered): two job types sharing a
+//   key used to flip its limit back and forth, each enqueue silently changing it;
+// - pausing a key (BullMQ Pro's pauseGroup): while paused nothing new is admitted on it, holders
+//   finish, parked jobs keep their order; both are events with who and why.
 
 let db: MigratedDatabase;
 let ledger: Ledger;
@@ -67,5 +71,56 @@ describe('a key keeps the limit its first enqueue set', () => {
     expect(state.jobs['owned-2']?.status).toBe('holding');
     await ledger.setLimit({ key: 'tenant:owned', limit: 1, by: 'ops' });
     expect((await ledger.keyState('tenant:owned')).state.limit).toBe(1);
+  });
+});
+
+const startAndComplete = async (key: string, jobId: string) => {
+  const holder = holders((await ledger.keyState(key)).state).find((h) => h.jobId === jobId)!;
+  const stream = keyStream(key);
+  await ledger.execute(stream, { type: 'Start', jobId, leaseId: holder.lease!.leaseId, workerId: 'w' });
+  return ledger.execute(stream, { type: 'Complete', jobId, leaseId: holder.lease!.leaseId });
+};
+
+describe('pause and resume a key', () => {
+  it('while paused: new jobs park though slots are free, a holder finishes and its slot goes to no one; resume promotes in order', async () => {
+    const key = 'tenant:paused';
+    await ledger.enqueue({ name: 'sync', key, limit: 2, jobId: 'p-1' });
+    expect(await ledger.pause({ key, by: 'alice', reason: 'vendor outage' })).toEqual({ paused: true });
+    expect((await ledger.enqueue({ name: 'sync', key, jobId: 'p-2' })).status).toBe('parked');
+    expect((await ledger.enqueue({ name: 'sync', key, jobId: 'p-3', priority: -1 })).status).toBe('parked');
+    await startAndComplete(key, 'p-1');
+    const { state } = await ledger.keyState(key);
+    expect(holders(state)).toEqual([]);
+    expect(state.paused).toMatchObject({ by: 'alice', reason: 'vendor outage' });
+
+    const row = (await ledger.keys()).find((k) => k.key === key)!;
+    expect(row).toMatchObject({ inUse: 0, parked: 2, paused: { by: 'alice', reason: 'vendor outage' } });
+    expect((await ledger.keyDetail(key))?.paused).toMatchObject({ by: 'alice' });
+
+    // p-3 has the lower priority number: it goes first, then p-2 (limit 2).
+    expect(await ledger.resume({ key, by: 'bob', reason: 'vendor back' })).toEqual({ promoted: ['p-3', 'p-2'] });
+    const after = await ledger.keyState(key);
+    expect(after.state.paused).toBeUndefined();
+    expect(jobsIn(after.state, 'parked')).toEqual([]);
+    expect((await ledger.keys()).find((k) => k.key === key)?.paused).toBeNull();
+
+    const events = (await ledger.audit({ key })).events.filter((e) => e.type === 'KeyPaused' || e.type === 'KeyResumed');
+    expect(events.map((e) => [e.type, (e.data as { by: string }).by, (e.data as { reason: string | null }).reason])).toEqual([
+      ['KeyPaused', 'alice', 'vendor outage'],
+      ['KeyResumed', 'bob', 'vendor back'],
+    ]);
+  });
+
+  it('pausing a paused key and resuming a running one are refused and write nothing; an unknown key is not created', async () => {
+    const key = 'tenant:twice';
+    await ledger.enqueue({ name: 'sync', key, jobId: 't-1' });
+    await ledger.pause({ key, by: 'alice' });
+    const before = (await ledger.store.readStream(keyStream(key))).length;
+    await expect(ledger.pause({ key, by: 'bob' })).rejects.toThrow(RefusedError);
+    await ledger.resume({ key, by: 'alice' });
+    await expect(ledger.resume({ key, by: 'bob' })).rejects.toThrow('not paused');
+    expect((await ledger.store.readStream(keyStream(key))).length).toBe(before + 1);
+    await expect(ledger.pause({ key: 'tenant:nobody', by: 'alice' })).rejects.toThrow(UnknownKeyError);
+    expect(await ledger.store.readStream(keyStream('tenant:nobody'))).toEqual([]);
   });
 });
