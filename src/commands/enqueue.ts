@@ -3,7 +3,7 @@ import * as E from 'fp-ts/lib/Either.js';
 import * as t from 'io-ts';
 import { v5 as uuidv5 } from 'uuid';
 import type { Command, JobSpec } from '../domain/commands.js';
-import type { KeyEvent } from '../domain/events.js';
+import { WhenFull, type KeyEvent } from '../domain/events.js';
 import { LimitConflictError, RefusedError } from '../domain/errors.js';
 import { DuplicateEventIdError } from '../domain/ports/event-store.js';
 import { streamFor } from '../domain/streams.js';
@@ -36,9 +36,15 @@ export interface EnqueueInput {
   readonly queue?: string;
   /** Defaults to a random UUID. Enqueuing a jobId again records nothing new. */
   readonly jobId?: string;
+  /**
+   * When the key is full (or paused) at enqueue: `park` (the default) waits in line; `reject`
+   * records the job as rejected and it never runs (status 'rejected'); `replace` parks it in place
+   * of the parked jobs of the same name enqueued with `replace` (a trailing debounce).
+   */
+  readonly whenFull?: WhenFull;
 }
 
-export type EnqueueStatus = 'acquired' | 'parked' | 'scheduled' | 'duplicate';
+export type EnqueueStatus = 'acquired' | 'parked' | 'scheduled' | 'rejected' | 'duplicate';
 
 export interface Enqueued {
   readonly jobId: string;
@@ -82,6 +88,7 @@ const EnqueueInputCodec = t.type({
   maxAttempts: Optional(MaxAttempts),
   queue: Optional(QueueName),
   jobId: Optional(NonEmptyString(200)),
+  whenFull: Optional(WhenFull),
 });
 
 interface Planned {
@@ -104,6 +111,7 @@ export const planEnqueue = (input: EnqueueInput, now: number, field = ''): Plann
   const i = decoded.right;
   if (i.runAt !== undefined && i.delayMs !== undefined) throw fail('delayMs', 'give runAt or delayMs, not both');
   if (i.key == null && i.limit !== undefined) throw fail('limit', 'needs a key: a job without a key is admitted at once');
+  if (i.key == null && i.whenFull !== undefined) throw fail('whenFull', 'needs a key: a job without a key is admitted at once');
   const jobId = i.jobId ?? randomUUID();
   const key = i.key ?? null;
   return {
@@ -122,6 +130,7 @@ export const planEnqueue = (input: EnqueueInput, now: number, field = ''): Plann
       maxAttempts: i.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
       runAt: i.runAt ?? (i.delayMs !== undefined ? now + i.delayMs : null),
       ...(key !== null && i.leaseMs !== undefined ? { leaseMs: i.leaseMs } : {}),
+      ...(i.whenFull !== undefined && i.whenFull !== 'park' ? { whenFull: i.whenFull } : {}),
     },
   };
 };
@@ -132,6 +141,7 @@ const statusOf = (jobId: string, events: readonly KeyEvent[]): EnqueueStatus => 
     if (e.type === 'SlotAcquired' || e.type === 'JobPromoted') return 'acquired';
     if (e.type === 'JobParked') return 'parked';
     if (e.type === 'JobScheduled') return 'scheduled';
+    if (e.type === 'JobRejected') return 'rejected';
   }
   return 'duplicate';
 };

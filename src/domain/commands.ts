@@ -1,5 +1,6 @@
 import * as E from 'fp-ts/lib/Either.js';
 import * as t from 'io-ts';
+import { WhenFull } from './events.js';
 import { Jitter, JsonArgs, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, Time, ValidationError, decodeWith, refine } from './values.js';
 
 // The commands a key's decider takes, as io-ts codecs: the command layer decodes every command
@@ -22,8 +23,11 @@ export const JobSpec = t.intersection([
     /** When the job is due (epoch ms); due at once when null or not later than now. */
     runAt: t.union([Time, t.null]),
   }),
-  /** The job's own lease; the key's lease when absent. */
-  t.partial({ leaseMs: LeaseMs }),
+  /**
+   * The job's own lease (the key's lease when absent), and what happens when it finds its key full
+   * (park when absent; see WhenFull).
+   */
+  t.partial({ leaseMs: LeaseMs, whenFull: WhenFull }),
 ]);
 export type JobSpec = t.TypeOf<typeof JobSpec>;
 

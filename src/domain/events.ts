@@ -25,6 +25,10 @@ const event = <T extends string, P extends t.Props>(type: T, props: P) =>
 const eventWith = <T extends string, P extends t.Props, O extends t.Props>(type: T, props: P, added: O) =>
   t.type({ type: t.literal(type), data: t.exact(t.intersection([t.type({ ...props, at: Time }), t.partial(added)])) }, type);
 
+/** What a job does when its key is full (or paused) at enqueue: park (the default), reject, or replace the parked ones of its name. */
+export const WhenFull = t.keyof({ park: null, reject: null, replace: null }, 'WhenFull');
+export type WhenFull = t.TypeOf<typeof WhenFull>;
+
 /** The dispatch message (queue_messages.msg_id) a lease runs under; absent for a lease started by direct handoff, which has none. */
 const MsgId = t.string;
 
@@ -46,8 +50,12 @@ export const JobEnqueued = eventWith(
     leaseMs: t.number,
     runAt: t.union([Time, t.null]),
   },
-  /** The first event of a job's own stream (no key): the stream's limit is 1 and its lease the job's, with no KeyLimitSet. */
-  { solo: t.literal(true) },
+  /**
+   * `solo`: the first event of a job's own stream (no key): the stream's limit is 1 and its lease
+   * the job's, with no KeyLimitSet. `whenFull`: what the job does when its key is full at enqueue
+   * (absent: park).
+   */
+  { solo: t.literal(true), whenFull: WhenFull },
 );
 /**
  * An admission holds its slot without expiry until a worker starts it (expiresAt null): a backlog
@@ -93,6 +101,10 @@ export const SlotReleased = eventWith('SlotReleased', { jobId: JobId, leaseId: L
 export const JobYielded = eventWith('JobYielded', { jobId: JobId, leaseId: LeaseId }, { attempts: t.number, reason: t.string, retryAt: Time });
 export const JobCancelled = event('JobCancelled', { jobId: JobId, by: t.string });
 export const ParkedDiscarded = event('ParkedDiscarded', { jobId: JobId, by: t.string });
+/** A job with whenFull "reject" found its key full (or paused) at enqueue: it is recorded, and never runs. */
+export const JobRejected = event('JobRejected', { jobId: JobId, reason: t.string });
+/** A parked job dropped for a newer one of the same name with whenFull "replace" (a trailing debounce): `by` is the newer job. */
+export const ParkedReplaced = event('ParkedReplaced', { jobId: JobId, by: JobId });
 /** An operator paused the key: nothing new is admitted on it (holders finish, parked jobs keep their order) until KeyResumed. */
 export const KeyPaused = event('KeyPaused', { by: t.string, reason: t.union([t.string, t.null]) });
 /** The key runs again: its free slots go to the parked jobs in their order, in the same append. */
@@ -116,6 +128,8 @@ export const KeyEvent = t.union([
   JobYielded,
   JobCancelled,
   ParkedDiscarded,
+  JobRejected,
+  ParkedReplaced,
   KeyPaused,
   KeyResumed,
 ]);

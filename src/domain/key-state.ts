@@ -29,7 +29,7 @@ export const JobStatus = t.keyof({
 });
 export type JobStatus = t.TypeOf<typeof JobStatus>;
 
-const JobState = t.type({
+const JobStateFields = t.type({
   status: JobStatus,
   priority: t.number,
   /** Enqueue order within the key; ties between equal priorities go to the lower one. */
@@ -46,6 +46,11 @@ const JobState = t.type({
   parkedAt: t.union([t.number, t.null]),
   lease: t.union([Lease, t.null]),
 });
+/**
+ * `debounce`: the job's name, kept only for a job enqueued with whenFull "replace": a newer one of
+ * the same name that parks replaces it while it is parked.
+ */
+const JobState = t.intersection([JobStateFields, t.partial({ debounce: t.string })]);
 export type JobState = t.TypeOf<typeof JobState>;
 
 /** Who paused the key, why and when: while paused nothing is admitted on it. */
@@ -195,6 +200,7 @@ export const apply = (d: Draft, event: KeyEvent): void => {
         runAt: null,
         parkedAt: null,
         lease: null,
+        ...(e.whenFull === 'replace' ? { debounce: e.name } : {}),
       };
       d.nextSeq += 1;
       return;
@@ -233,6 +239,8 @@ export const apply = (d: Draft, event: KeyEvent): void => {
     case 'JobDead':
     case 'JobCancelled':
     case 'ParkedDiscarded':
+    case 'JobRejected':
+    case 'ParkedReplaced':
       return setJob(d, event.data.jobId, finish);
     case 'JobFailed':
     case 'LeaseExpired':

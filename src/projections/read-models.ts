@@ -121,7 +121,15 @@ const leaveParking = (c: JobChange, fromParking: boolean): void => {
 const patchSlot = (c: JobChange): NonNullable<JobChange['slotPatch']> =>
   (c.slotPatch ??= { m: 0, worker_id: null, attempt: null, started_at: null, expires_at: null });
 
-const FINISHED: Partial<Record<KeyEvent['type'], string>> = { JobCompleted: 'completed', JobDead: 'dead', JobCancelled: 'cancelled', ParkedDiscarded: 'discarded' };
+// A rejected job and a replaced parked one never run: discarded, with why in finish_reason.
+const FINISHED: Partial<Record<KeyEvent['type'], string>> = {
+  JobCompleted: 'completed',
+  JobDead: 'dead',
+  JobCancelled: 'cancelled',
+  ParkedDiscarded: 'discarded',
+  JobRejected: 'discarded',
+  ParkedReplaced: 'discarded',
+};
 const HOLDING = new Set(['holding', 'running']);
 
 /** Folds one event into its job's change (the per-job mirror of evolve). */
@@ -202,12 +210,13 @@ const foldEvent = (c: JobChange, pe: ProjectedEvent): void => {
     case 'JobCompleted':
     case 'JobDead':
     case 'JobCancelled':
-    case 'ParkedDiscarded': {
+    case 'ParkedDiscarded':
+    case 'JobRejected':
+    case 'ParkedReplaced': {
       // A finished job leaves jl_parked; a holder keeps its slot until the SlotReleased that follows.
-      leaveParking(c, event.type === 'JobCancelled' || event.type === 'ParkedDiscarded');
-      const reason = event.type === 'JobDead' ? event.data.reason : event.type === 'JobCancelled' ? `cancelled by ${event.data.by}` : event.type === 'ParkedDiscarded' ? `discarded by ${event.data.by}` : null;
+      leaveParking(c, event.type === 'JobCancelled' || event.type === 'ParkedDiscarded' || event.type === 'ParkedReplaced');
       set(c, STATUS, 'status', FINISHED[event.type]!);
-      set(c, FINISH_REASON, 'finish_reason', reason);
+      set(c, FINISH_REASON, 'finish_reason', finishReason(event));
       set(c, RUN_AT, 'run_at', null);
       set(c, FINISHED_AT, 'finished_at', at);
       break;
@@ -219,6 +228,23 @@ const foldEvent = (c: JobChange, pe: ProjectedEvent): void => {
       return;
   }
   c.updatedAt = at;
+};
+
+const finishReason = (event: KeyEvent): string | null => {
+  switch (event.type) {
+    case 'JobDead':
+      return event.data.reason;
+    case 'JobCancelled':
+      return `cancelled by ${event.data.by}`;
+    case 'ParkedDiscarded':
+      return `discarded by ${event.data.by}`;
+    case 'JobRejected':
+      return `rejected: ${event.data.reason}`;
+    case 'ParkedReplaced':
+      return `replaced by ${event.data.by}`;
+    default:
+      return null;
+  }
 };
 
 export const projectReadModels = (events: readonly ProjectedEvent[]): readonly Statement[] => {

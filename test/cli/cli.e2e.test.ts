@@ -56,12 +56,25 @@ describe('jobledger CLI', () => {
     [['--args', '{"\\ud800":1}'], '--args: has a property name with a lone UTF-16 surrogate'],
     [['--args', '['.repeat(100) + ']'.repeat(100)], 'is nested more than 64 deep'],
     [['--delay', ''], '--delay'],
+    [['--when-full', 'drop'], '--when-full'],
   ])('bad input %j exits 2, names %s, and writes nothing', async (flags, named) => {
     await jobledger('migrate');
     const before = await eventCount();
     const result = await jobledger('enqueue', 'work', '--key', 'bad-cli', ...flags);
     expect(result.code).toBe(2);
     expect(result.stderr).toContain(named);
+    expect(await eventCount()).toBe(before);
+  });
+
+  it('--when-full reject on a full key prints "rejected"; a limit other than the key\'s exits 2 naming it and writes nothing', async () => {
+    await jobledger('enqueue', 'work', '--key', 'cli-full', '--limit', '1', '--job-id', 'cf-1');
+    const rejected = await jobledger('enqueue', 'work', '--key', 'cli-full', '--job-id', 'cf-2', '--when-full', 'reject');
+    expect(rejected.code, rejected.stderr).toBe(0);
+    expect(rejected.stdout).toBe('cf-2 rejected\n');
+    const before = await eventCount();
+    const conflict = await jobledger('enqueue', 'work', '--key', 'cli-full', '--limit', '3', '--job-id', 'cf-3');
+    expect(conflict.code).toBe(2);
+    expect(conflict.stderr).toContain('"cli-full" has limit 1, not 3');
     expect(await eventCount()).toBe(before);
   });
 

@@ -11,7 +11,8 @@ import { createMigratedDatabase, type MigratedDatabase } from '../support/databa
 // - a key's limit is stable (velocious keeps the first cap registered): two job types sharing a
 //   key used to flip its limit back and forth, each enqueue silently changing it;
 // - pausing a key (BullMQ Pro's pauseGroup): while paused nothing new is admitted on it, holders
-//   finish, parked jobs keep their order; both are events with who and why.
+//   finish, parked jobs keep their order; both are events with who and why;
+// - what a job does when its key is full (Hatchet, pgbus): park, reject, or replace (a debounce).
 
 let db: MigratedDatabase;
 let ledger: Ledger;
@@ -122,5 +123,34 @@ describe('pause and resume a key', () => {
     expect((await ledger.store.readStream(keyStream(key))).length).toBe(before + 1);
     await expect(ledger.pause({ key: 'tenant:nobody', by: 'alice' })).rejects.toThrow(UnknownKeyError);
     expect(await ledger.store.readStream(keyStream('tenant:nobody'))).toEqual([]);
+  });
+});
+
+describe('whenFull: what a job does when its key is full at enqueue', () => {
+  const finish = async (jobId: string) =>
+    (await db.pool.query<{ status: string; finish_reason: string | null }>('SELECT status, finish_reason FROM jl_jobs WHERE job_id = $1', [jobId])).rows[0];
+
+  it('reject: the enqueue answers "rejected", the ledger records JobRejected, the job is discarded with why and never holds a slot', async () => {
+    const key = 'api:rejecting';
+    await ledger.enqueue({ name: 'call', key, limit: 1, jobId: 'rj-1' });
+    expect((await ledger.enqueue({ name: 'call', key, jobId: 'rj-2', whenFull: 'reject' })).status).toBe('rejected');
+    expect(await finish('rj-2')).toEqual({ status: 'discarded', finish_reason: 'rejected: key full (limit 1)' });
+    expect((await ledger.audit({ jobId: 'rj-2' })).events.map((e) => e.type)).toEqual(['JobEnqueued', 'JobRejected']);
+    expect((await ledger.keyState(key)).state.jobs['rj-2']).toBeUndefined();
+  });
+
+  it('replace: a newer job of the same name parks in place of the parked ones (a trailing debounce); other names keep their place', async () => {
+    const key = 'tenant:debounced';
+    const reindex = defineJob<{ n: number }>({ name: 'reindex', key: () => key, limit: 1, whenFull: 'replace', handler: async () => undefined });
+    await ledger.enqueue({ name: 'sync', key, limit: 1, jobId: 'db-holder' });
+    expect((await ledger.enqueue(reindex, { n: 1 }, { jobId: 'db-1' })).status).toBe('parked');
+    await ledger.enqueue({ name: 'sync', key, jobId: 'db-other' });
+    expect((await ledger.enqueue(reindex, { n: 2 }, { jobId: 'db-2' })).status).toBe('parked');
+    expect((await ledger.keyDetail(key))?.parked.map((p) => p.jobId)).toEqual(['db-other', 'db-2']);
+    expect(await finish('db-1')).toEqual({ status: 'discarded', finish_reason: 'replaced by db-2' });
+  });
+
+  it('a job without a key cannot have a policy: refused naming whenFull, nothing written', async () => {
+    await expect(ledger.enqueue({ name: 'solo', whenFull: 'reject' })).rejects.toThrow(/whenFull/);
   });
 });

@@ -24,6 +24,10 @@ interface JobIntent {
   readonly maxAttempts: number;
   readonly leaseMs: number | null;
   readonly queue: string;
+  /** What the job does when its key is full at enqueue (null: park, the default); replace debounces jobs of its name. */
+  readonly whenFull: 'park' | 'reject' | 'replace' | null;
+  /** Its name, among two: replace debounces the parked jobs of the same name. */
+  readonly name: 'work' | 'report';
 }
 
 interface Policy {
@@ -87,6 +91,8 @@ const jobIntentArb: fc.Arbitrary<JobIntent> = fc.record({
   maxAttempts: fc.integer({ min: 1, max: 3 }),
   leaseMs: sometimes(fc.integer({ min: 1_000, max: 8_000 }), 40),
   queue: fc.constantFrom('default', 'default', 'other'),
+  whenFull: sometimes(fc.constantFrom('park' as const, 'reject' as const, 'replace' as const), 30),
+  name: fc.constantFrom('work' as const, 'work' as const, 'report' as const),
 });
 
 const policyArb: fc.Arbitrary<Policy> = fc.record({
@@ -244,13 +250,14 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
         batch.push(jobId);
         return {
           jobId,
-          name: 'work',
+          name: j.name,
           args: { n: i, tags: ['a', j.priority] },
           queue: j.queue,
           priority: j.priority,
           maxAttempts: j.maxAttempts,
           runAt: j.delay === null ? null : now + j.delay,
           ...(j.leaseMs === null ? {} : { leaseMs: j.leaseMs }),
+          ...(j.whenFull === null ? {} : { whenFull: j.whenFull }),
         };
       });
       const policy = {

@@ -21,8 +21,10 @@ import {
   parked,
   paused,
   promoted,
+  rejected,
   released,
   renewed,
+  replaced,
   resumed,
   revoked,
   scheduled,
@@ -372,6 +374,38 @@ describe('the dispatch message follows its lease (issue 9: the archive is part o
       .when({ type: 'Complete', jobId: 'a', leaseId: 'a:1', handOffTo: { workerId: 'w1', queue: 'default' } }, T0 + 2 * SEC)
       .state();
     expect(state.jobs.b?.lease).toMatchObject({ leaseId: 'b:2', workerId: 'w1', msgId: null });
+  });
+});
+
+describe('Enqueue on a full key: whenFull', () => {
+  const full = [limitSet(1), enqueued(a), acquired('a', 'a:1')];
+
+  it('reject: the job is recorded as rejected and holds nothing; with a free slot it is admitted as usual', () => {
+    given(...full)
+      .when({ type: 'Enqueue', job: { ...b, whenFull: 'reject' } })
+      .then(enqueued({ ...b, whenFull: 'reject' }), rejected('b', 'key full (limit 1)'));
+    given(limitSet(2), enqueued(a), acquired('a', 'a:1'))
+      .when({ type: 'Enqueue', job: { ...b, whenFull: 'reject' } })
+      .then(enqueued({ ...b, whenFull: 'reject' }), acquired('b', 'b:2'));
+  });
+
+  it('reject on a paused key says so', () => {
+    given(limitSet(2), enqueued(a), acquired('a', 'a:1'), paused('ops', null))
+      .when({ type: 'Enqueue', job: { ...b, whenFull: 'reject' } })
+      .then(enqueued({ ...b, whenFull: 'reject' }), rejected('b', 'key paused'));
+  });
+
+  it('replace: the newest parks in place of the parked jobs of its name enqueued with replace (a trailing debounce); others stay', () => {
+    const debounced = (spec: ReturnType<typeof job>) => ({ ...spec, name: 'reindex', whenFull: 'replace' as const });
+    given(...full, enqueued(debounced(b)), parked('b'), enqueued(c), parked('c'))
+      .when({ type: 'Enqueue', job: debounced(job('d')) }, T0 + SEC)
+      .then(enqueued(debounced(job('d')), T0 + SEC), replaced('b', 'd', T0 + SEC), parked('d', T0 + SEC));
+  });
+
+  it('park (the default) parks', () => {
+    given(...full)
+      .when({ type: 'Enqueue', job: { ...b, whenFull: 'park' } })
+      .then(enqueued({ ...b, whenFull: 'park' }), parked('b'));
   });
 });
 

@@ -36,7 +36,7 @@ const isAdmission = (e: KeyEvent): e is Extract<KeyEvent, { type: 'SlotAcquired'
   e.type === 'SlotAcquired' || e.type === 'JobPromoted';
 
 const LEASE_COMMANDS = new Set(['Start', 'Renew', 'Complete', 'Fail', 'Yield']);
-const FINISH_EVENTS = new Set(['JobCompleted', 'JobDead', 'JobCancelled', 'ParkedDiscarded']);
+const FINISH_EVENTS = new Set(['JobCompleted', 'JobDead', 'JobCancelled', 'ParkedDiscarded', 'JobRejected', 'ParkedReplaced']);
 const LEASE_EVENTS = new Set(['JobStarted', 'LeaseRenewed', 'JobCompleted', 'JobFailed', 'JobYielded', 'LeaseExpired', 'LeaseRevoked']);
 
 const currentLease = (state: KeyState, jobId: string): string | null => state.jobs[jobId]?.lease?.leaseId ?? null;
@@ -90,6 +90,29 @@ const pausedKeyAdmitsNoOne = (trace: Trace): void =>
   forEachEvent(trace, ({ step, event, before }) => {
     if (isAdmission(event) && before.paused !== undefined) violation(trace, step, `a paused key admitted ${event.data.jobId} (${event.type})`);
   });
+
+// 2c. the full-key policy: a "reject" job never parks at its enqueue; after a "replace" job parks,
+// no older parked job of its name is left
+
+const fullKeyPolicy = (trace: Trace): void => {
+  for (const step of trace.steps) {
+    const c = step.command;
+    if (c.type !== 'Enqueue' && c.type !== 'EnqueueMany') continue;
+    const seen = new Set<string>();
+    for (const job of c.type === 'Enqueue' ? [c.job] : c.jobs) {
+      // A job already on the key (or met earlier in the batch) is skipped: its policy is the first one's.
+      if (step.before.jobs[job.jobId] !== undefined || seen.has(job.jobId)) continue;
+      seen.add(job.jobId);
+      const parkedNow = step.events.some((e) => e.type === 'JobParked' && e.data.jobId === job.jobId);
+      if (job.whenFull === 'reject' && parkedNow) violation(trace, step, `${job.jobId} (whenFull reject) parked`);
+      // The last of its name in the batch is the one left parked: an earlier one it replaced is not.
+      if (job.whenFull === 'replace' && parkedNow && step.after.jobs[job.jobId]?.status === 'parked') {
+        const others = jobsIn(step.after, 'parked').filter((p) => p.jobId !== job.jobId && p.debounce === job.name);
+        if (others.length > 0) violation(trace, step, `${job.jobId} (whenFull replace) parked beside ${others.map((o) => o.jobId).join(', ')} of its name`);
+      }
+    }
+  }
+};
 
 // 3. promotion order
 
@@ -531,6 +554,10 @@ describe('key stream invariants (DESIGN.md), over random command sequences with 
 
   it('2b. a paused key admits no one (no SlotAcquired or JobPromoted between KeyPaused and KeyResumed)', () => {
     check(pausedKeyAdmitsNoOne);
+  }, TIMEOUT_MS);
+
+  it('2c. the full-key policy: a "reject" job never parks at enqueue; a "replace" job that parks leaves no older parked job of its name', () => {
+    check(fullKeyPolicy);
   }, TIMEOUT_MS);
 
   it('3. promotion order: lowest priority number first, then enqueue order (parked and due scheduled jobs)', () => {

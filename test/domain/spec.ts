@@ -76,3 +76,5 @@ export const cancelled = (jobId: string, by: string, at: number) => ev('JobCance
 export const discarded = (jobId: string, by: string, at: number) => ev('ParkedDiscarded')({ jobId, by }, at);
 export const paused = (by: string, reason: string | null, at = T0) => ev('KeyPaused')({ by, reason }, at);
 export const resumed = (by: string, reason: string | null, at = T0) => ev('KeyResumed')({ by, reason }, at);
+export const rejected = (jobId: string, reason: string, at = T0) => ev('JobRejected')({ jobId, reason }, at);
+export const replaced = (jobId: string, by: string, at = T0) => ev('ParkedReplaced')({ jobId, by }, at);

@@ -54,6 +54,8 @@ const samples: { [T in KeyEventType]: EventOf<T> } = {
   JobYielded: mk('JobYielded', { jobId: 'j1', leaseId: 'j1:1', attempts: 0, at }),
   JobCancelled: mk('JobCancelled', { jobId: 'j1', by: 'ops', at }),
   ParkedDiscarded: mk('ParkedDiscarded', { jobId: 'j1', by: 'ops', at }),
+  JobRejected: mk('JobRejected', { jobId: 'j1', reason: 'key full (limit 2)', at }),
+  ParkedReplaced: mk('ParkedReplaced', { jobId: 'j1', by: 'j2', at }),
   KeyPaused: mk('KeyPaused', { by: 'ops', reason: 'vendor outage', at }),
   KeyResumed: mk('KeyResumed', { by: 'ops', reason: null, at: at + S }),
 };
@@ -175,6 +177,10 @@ const lifeUpTo = (type: KeyEventType, stream: string): ProjectedEvent[] => {
       return b.tx(...head, ...started).tx(samples.LeaseRevoked, samples.SlotReleased, samples.JobScheduled).events;
     case 'JobYielded':
       return b.tx(...head, ...started).tx(samples.JobYielded, samples.SlotReleased, samples.JobParked).events;
+    case 'JobRejected':
+      return b.tx(...head, samples.JobRejected).events;
+    case 'ParkedReplaced':
+      return b.tx(...head, samples.JobParked).tx(samples.ParkedReplaced).events;
     case 'KeyPaused':
     case 'KeyResumed':
       return b.tx(...head, samples.SlotAcquired).tx(samples.KeyPaused).tx(...(type === 'KeyResumed' ? [samples.KeyResumed] : [])).events;

@@ -287,9 +287,9 @@ export const manualClock = (start = Date.UTC(2030, 0, 1)) => {
 
 /**
  * `steps` random commands over `keys` (and some jobs without a key) through the real ledger:
- * enqueues (with priorities, delays, limits), starts, renewals, completions, failures, yields,
- * cancels, discards, limit changes, pauses and resumes, revocations, lease expiry and due admissions, with the clock
- * moving on. Refused commands (stale leases...) are part of the run. With `pool`, most starts
+ * enqueues (with priorities, delays, limits, full-key policies), starts, renewals, completions,
+ * failures, yields, cancels, discards, limit changes, pauses and resumes, revocations, lease expiry
+ * and due admissions, with the clock moving on. Refused commands (stale leases...) are part of the run. With `pool`, most starts
  * name the lease's dispatch message when it is in the queue (as a worker's read does), so its
  * renewals and release move and archive it.
  */
@@ -329,9 +329,10 @@ export const randomRun = async (
         maxAttempts: 1 + r.int(3),
         queue: r.pick(['default', 'default', 'other'])!,
         ...(r.next() < 0.2 ? { delayMs: r.int(20_000) } : {}),
-        // Owning the limit: a later enqueue may change it (one that does not is refused; see stable-limit.int.test.ts).
+        // Owning the limit: a later enqueue may change it (one that does not is refused; see key-rules.int.test.ts).
         ...(r.next() < 0.1 ? { limit: 1 + r.int(3), ownsLimit: true } : {}),
         ...(r.next() < 0.2 ? { leaseMs: 1_000 + r.int(5_000) } : {}),
+        ...(r.next() < 0.15 ? { whenFull: r.pick(['reject', 'replace'] as const)! } : {}),
       }));
       await ledger.enqueueMany(jobs);
     } else if (roll < 0.55) {

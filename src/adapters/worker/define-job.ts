@@ -1,4 +1,5 @@
 import type { EnqueueInput } from '../../commands/enqueue.js';
+import type { WhenFull } from '../../domain/events.js';
 import type { Logger } from '../../domain/ports/logger.js';
 
 /** What a handler gets besides its arguments. */
@@ -34,6 +35,8 @@ export interface JobDefinition<A = unknown> {
    * Without it, an enqueue whose limit differs from the key's is refused (LimitConflictError).
    */
   readonly ownsLimit?: boolean;
+  /** When its key is full at enqueue: park (the default), reject, or replace the parked ones of this name (a trailing debounce). */
+  readonly whenFull?: WhenFull;
   /** Lease in ms: how long a worker may stay silent before the slot is reclaimed. */
   readonly lease?: number;
   readonly maxAttempts?: number;
@@ -68,6 +71,7 @@ export const inputFor = <A>(job: JobDefinition<A>, args: A, overrides: JobOverri
   ...(job.key ? { key: job.key(args) } : {}),
   ...(job.limit !== undefined ? { limit: job.limit } : {}),
   ...(job.ownsLimit === true ? { ownsLimit: true } : {}),
+  ...(job.whenFull !== undefined ? { whenFull: job.whenFull } : {}),
   ...(job.lease !== undefined ? { leaseMs: job.lease } : {}),
   ...(job.priority !== undefined ? { priority: job.priority } : {}),
   ...(job.maxAttempts !== undefined ? { maxAttempts: job.maxAttempts } : {}),

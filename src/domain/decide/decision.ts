@@ -44,7 +44,7 @@ export class Decision {
   }
 
   /** A paused key has none: nothing new is admitted on it until it is resumed. */
-  private hasFreeSlot(): boolean {
+  hasFreeSlot(): boolean {
     return this.draft.paused === undefined && this.draft.holding < this.draft.limit;
   }
 

@@ -1,4 +1,5 @@
-import { DEFAULT_LEASE_MS, DEFAULT_LIMIT, type CommandOf, type KeyPolicy } from '../commands.js';
+import { DEFAULT_LEASE_MS, DEFAULT_LIMIT, type CommandOf, type JobSpec, type KeyPolicy } from '../commands.js';
+import { parkedInOrder } from '../key-state.js';
 import { accept, refuse, type Decision, type Outcome } from './decision.js';
 
 /**
@@ -16,14 +17,17 @@ export const enqueue = (c: CommandOf<'Enqueue'> | CommandOf<'EnqueueMany'>, d: D
     }
     applyPolicy(c, d);
   }
+  // Jobs this decision rejected or replaced: finished, yet seen (an id twice in a batch is enqueued once).
+  const finished = new Set<string>();
   for (const job of c.type === 'Enqueue' ? [c.job] : c.jobs) {
-    if (d.job(job.jobId) !== undefined) continue;
+    if (d.job(job.jobId) !== undefined || finished.has(job.jobId)) continue;
     const leaseMs = job.leaseMs ?? (solo && d.state.limit === 0 ? (c.leaseMs ?? DEFAULT_LEASE_MS) : d.state.leaseMs);
     // `+ 0` turns a priority of -0 into 0, the value JSON stores, so replay folds the same state.
     d.emit('JobEnqueued', { ...job, priority: job.priority + 0, leaseMs, ...(solo && d.state.limit === 0 ? { solo: true as const } : {}) });
     // A job due later holds no slot while it waits (pgbus took the slot at enqueue).
     if (job.runAt !== null && job.runAt > d.now) d.emit('JobScheduled', { jobId: job.jobId, runAt: job.runAt });
-    else d.admit(job.jobId);
+    else if (d.hasFreeSlot()) d.admit(job.jobId);
+    else whenFull(job, d, finished);
   }
   return accept(d);
 };
@@ -39,4 +43,25 @@ const applyPolicy = (policy: KeyPolicy, d: Decision): void => {
   if (configured && limit === d.state.limit && leaseMs === d.state.leaseMs) return;
   d.emit('KeyLimitSet', { limit, leaseMs, by: null });
   d.fillSlots();
+};
+
+/**
+ * A job that finds its key full (or paused) at enqueue: parks (the default), is rejected (recorded,
+ * never runs), or parks in place of the parked jobs of its name (a trailing debounce: the newest
+ * wins). The policy acts at enqueue only: a due retry or scheduled job parks as any other.
+ */
+const whenFull = (job: JobSpec, d: Decision, finished: Set<string>): void => {
+  if (job.whenFull === 'reject') {
+    d.emit('JobRejected', { jobId: job.jobId, reason: d.state.paused === undefined ? `key full (limit ${d.state.limit})` : 'key paused' });
+    finished.add(job.jobId);
+    return;
+  }
+  if (job.whenFull === 'replace') {
+    for (const parked of parkedInOrder(d.state)) {
+      if (parked.debounce !== job.name) continue;
+      d.emit('ParkedReplaced', { jobId: parked.jobId, by: job.jobId });
+      finished.add(parked.jobId);
+    }
+  }
+  d.emit('JobParked', { jobId: job.jobId });
 };

@@ -1,5 +1,6 @@
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import type { EnqueueInput } from '../../../commands/enqueue.js';
+import type { WhenFull } from '../../../domain/events.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { asUsage } from '../errors.js';
 import { print } from '../output.js';
@@ -16,6 +17,7 @@ interface EnqueueFlags {
   maxAttempts?: number;
   queue?: string;
   jobId?: string;
+  whenFull?: WhenFull;
   json?: boolean;
 }
 
@@ -32,12 +34,13 @@ const FLAG_OF: Record<string, string> = {
   maxAttempts: '--max-attempts',
   queue: '--queue',
   jobId: '--job-id',
+  whenFull: '--when-full',
 };
 
 export const registerEnqueue = (program: Command, ctx: CommandContext): void => {
   program
     .command('enqueue')
-    .description('enqueue a job; prints its id and whether it was admitted (acquired), parked or scheduled')
+    .description('enqueue a job; prints its id and whether it was admitted (acquired), parked, scheduled or rejected')
     .argument('<name>', 'job name (the handler that runs it)')
     .option('--args <json>', 'arguments as JSON', json('--args'))
     .option('--key <key>', 'concurrency key')
@@ -49,6 +52,7 @@ export const registerEnqueue = (program: Command, ctx: CommandContext): void => 
     .option('--max-attempts <n>', 'starts before the job is dead (default 5)', integer('--max-attempts'))
     .option('--queue <queue>', 'dispatch queue (default "default")')
     .option('--job-id <id>', 'job id (default: a random UUID); enqueuing an id again records nothing')
+    .addOption(new Option('--when-full <policy>', 'when the key is full or paused: park (default), reject (recorded, never runs) or replace (the parked jobs of this name)').choices(['park', 'reject', 'replace']))
     .option('--json', 'machine-readable output')
     .action(async (name: string, flags: EnqueueFlags) => {
       const input: EnqueueInput = {
@@ -63,6 +67,7 @@ export const registerEnqueue = (program: Command, ctx: CommandContext): void => 
         ...(flags.maxAttempts !== undefined ? { maxAttempts: flags.maxAttempts } : {}),
         ...(flags.queue !== undefined ? { queue: flags.queue } : {}),
         ...(flags.jobId !== undefined ? { jobId: flags.jobId } : {}),
+        ...(flags.whenFull !== undefined ? { whenFull: flags.whenFull } : {}),
       };
       const result = await withLedger(ctx, (ledger) =>
         ledger.enqueue(input, { by: process.env.USER ?? 'cli', via: 'cli' }).catch(asUsage(FLAG_OF)),

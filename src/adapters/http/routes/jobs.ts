@@ -27,6 +27,7 @@ const ENQUEUE_FIELDS: Record<keyof EnqueueInput, true> = {
   maxAttempts: true,
   queue: true,
   jobId: true,
+  whenFull: true,
 };
 const EnqueueBody = closedObject({}, { ...Object.fromEntries(Object.keys(ENQUEUE_FIELDS).map((f) => [f, t.unknown])), by: Actor });
 
