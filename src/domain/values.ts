@@ -42,6 +42,10 @@ const unstorable = (s: string): string | undefined => {
   return undefined;
 };
 
+/** `s` with what PostgreSQL cannot store (NUL, lone surrogates) written as `\uXXXX` escapes: text that came from elsewhere (a handler's error), kept as it read. */
+export const escapeUnstorable = (s: string): string =>
+  s.replace(new RegExp(`\u0000|${LONE_SURROGATE.source}`, 'g'), (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+
 const stringProblem = (s: string): string | undefined => {
   const what = unstorable(s);
   return what === undefined ? undefined : `must not contain ${what}`;

@@ -2,7 +2,7 @@ import * as E from 'fp-ts/lib/Either.js';
 import * as t from 'io-ts';
 import { describe, expect, it } from 'vitest';
 import { planEnqueue, type EnqueueInput } from '../../src/commands/enqueue.js';
-import { Actor, JobId, JsonArgs, Key, MAX_ARGS_BYTES, MAX_JSON_DEPTH, Name, Text, ValidationError, checkField } from '../../src/domain/values.js';
+import { Actor, JobId, JsonArgs, Key, MAX_ARGS_BYTES, MAX_JSON_DEPTH, Name, Text, ValidationError, checkField, escapeUnstorable } from '../../src/domain/values.js';
 
 // What PostgreSQL text/jsonb and JSON cannot store is refused by the value codecs themselves, so
 // every entry point (library, HTTP, CLI) refuses it, naming the field.
@@ -71,6 +71,13 @@ describe('strings PostgreSQL cannot store', () => {
   ])('planEnqueue(%j) is refused naming %s, with the job index in a batch', (input, field) => {
     expect(errorOf(() => planEnqueue(input as EnqueueInput, NOW)).field).toBe(field);
     expect(errorOf(() => planEnqueue(input as EnqueueInput, NOW, 'jobs[3].')).field).toBe(`jobs[3].${field}`);
+  });
+});
+
+describe('escapeUnstorable (text that came from elsewhere, such as a handler\'s error)', () => {
+  it('writes NUL and lone surrogates as escapes, and leaves everything else, surrogate pairs included, as it was', () => {
+    expect(escapeUnstorable('a\u0000b \ud800 c \udc00 d 😀 é')).toBe('a\\u0000b \\ud800 c \\udc00 d 😀 é');
+    expect(Text.is(escapeUnstorable('x\u0000\udfff'))).toBe(true);
   });
 });
 

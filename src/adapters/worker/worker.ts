@@ -7,7 +7,7 @@ import { describeDomainError } from '../../domain/errors.js';
 import type { DispatchMessage, HandedOffJob } from '../../domain/ports/ledger-store.js';
 import type { Outages } from '../../domain/ports/outages.js';
 import type { Logger } from '../../domain/ports/logger.js';
-import { ValidationError } from '../../domain/values.js';
+import { ValidationError, escapeUnstorable } from '../../domain/values.js';
 import type { PgQueue } from '../queue/pg-queue.js';
 import { Wakeup } from '../wakeup.js';
 import { handlerTable, type HandlerMap, type JobHandler } from './define-job.js';
@@ -278,7 +278,8 @@ export class Worker {
         await handler(args, { jobId: run.jobId, key: run.key, attempt, signal: run.controller.signal, log });
         finish = { kind: 'complete' };
       } catch (error) {
-        finish = { kind: 'fail', error: storable(error instanceof Error ? error.message : String(error)) };
+        // PostgreSQL refuses NUL and lone surrogates: a Fail it refused would leave the job to its lease.
+        finish = { kind: 'fail', error: escapeUnstorable(error instanceof Error ? error.message : String(error)) };
         if (!run.controller.signal.aborted) log.info({ err: error }, 'job failed');
       }
     }
@@ -402,11 +403,3 @@ const admittedFrom = (s: StartedJob): Admitted => ({
   leaseMs: s.started.expiresAt - s.started.at,
   sliceStartedAt: s.started.at,
 });
-
-/**
- * A handler's error message as the ledger can store it: PostgreSQL refuses NUL and lone
- * surrogates, and a Fail it refused would leave the job to its lease's expiry. Written as escapes,
- * so the message still says what it said.
- */
-const storable = (message: string): string =>
-  message.replace(/\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
