@@ -147,6 +147,24 @@ describe('the dashboard in headless Chromium', () => {
     await expect.poll(() => card('card-parked').textContent()).toBe('0');
   });
 
+  it('pauses and resumes a key from its view: a banner says by whom, the keys list shows a badge, the ledger records both', async (ctx) => {
+    ctx.skip(!hasChromium, SKIP_NOTE);
+    await page.goto(`${s.url}#key=${encodeURIComponent('ключ 🔑')}`);
+    await expect.poll(() => page.locator('#pause-toggle').textContent()).toBe('Pause key');
+    await page.locator('#pause-toggle').click();
+    await page.locator('#confirm-ok').click();
+    await expect.poll(() => page.locator('#key-paused').isVisible()).toBe(true);
+    expect(await page.locator('#key-paused').textContent()).toContain('Paused by');
+    await expect.poll(() => page.locator('#keys-body .paused-badge').count()).toBe(1);
+    await expect.poll(() => page.locator('#pause-toggle').textContent()).toBe('Resume key');
+    await page.locator('#pause-toggle').click();
+    await page.locator('#confirm-ok').click();
+    await expect.poll(() => page.locator('#key-paused').isVisible()).toBe(false);
+    expect(await page.locator('#keys-body .paused-badge').count()).toBe(0);
+    const events = (await s.ledger.audit({ key: 'ключ 🔑' })).events.map((e) => e.type);
+    expect(events.filter((t) => t === 'KeyPaused' || t === 'KeyResumed')).toEqual(['KeyPaused', 'KeyResumed']);
+  });
+
   it('fits a phone screen: nothing wider than the viewport', async (ctx) => {
     ctx.skip(!hasChromium, SKIP_NOTE);
     const phone = await browser.newPage({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
