@@ -118,6 +118,7 @@ describe('jobledger pause and resume', () => {
     const paused = await jobledger('pause', '--key', 'pz', '--by', 'frank', '--reason', 'vendor outage');
     expect(paused.code, paused.stderr).toBe(0);
     expect(paused.stdout).toBe('key pz: paused (by frank: vendor outage)\n');
+    expect((await jobledger('keys')).stdout.split('\n').find((l) => l.includes('pz ') || l.includes('pz│'))).toContain('by frank: vendor outage');
     await s.ledger.enqueue({ name: 'work', key: 'pz', jobId: 'pz1' });
     await new Promise((r) => setTimeout(r, 5));
     const whilePaused = new Date().toISOString();

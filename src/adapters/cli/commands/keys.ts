@@ -6,7 +6,7 @@ import { oneLine, print, table, time } from '../output.js';
 export const registerKeys = (program: Command, ctx: CommandContext): void => {
   program
     .command('keys')
-    .description('every concurrency key: limit, slots in use, parked and scheduled jobs, oldest wait, lease state (live / expired / none), quarantine')
+    .description('every concurrency key: limit, slots in use, parked and scheduled jobs, oldest wait, lease state (live / expired / none), quarantine, pause')
     .option('--json', 'machine-readable output')
     .action(async (flags: { json?: boolean }) => {
       const keys = await withLedger(ctx, (ledger) => ledger.keys());
@@ -20,7 +20,7 @@ export const registerKeys = (program: Command, ctx: CommandContext): void => {
           ? 'no keys yet'
           : [
               table(
-                ['key', 'limit', 'in use', 'parked', 'scheduled', 'oldest wait', 'lease', 'next expiry', 'quarantined'],
+                ['key', 'limit', 'in use', 'parked', 'scheduled', 'oldest wait', 'lease', 'next expiry', 'quarantined', 'paused'],
                 keys.map((k) => [
                   k.key,
                   k.limit,
@@ -31,6 +31,7 @@ export const registerKeys = (program: Command, ctx: CommandContext): void => {
                   k.leaseState,
                   time(k.nextLeaseExpiry),
                   k.quarantine === null ? '' : `at revision ${k.quarantine.revision}`,
+                  k.paused === null ? '' : `by ${k.paused.by}${k.paused.reason === null ? '' : `: ${k.paused.reason}`}`,
                 ]),
               ),
               ...quarantined,
