@@ -28,17 +28,17 @@ export interface KeyRow {
 }
 
 const SQL = /* sql */ `
-SELECT jl_key_stats.key,
-       jl_key_stats.concurrency_limit AS "limit",
+SELECT key,
+       concurrency_limit AS "limit",
        in_use AS "inUse",
        parked,
        scheduled,
        ${epochMs('oldest_parked_at')} AS "oldestParkedAt",
        ${epochMs('next_lease_expiry')} AS "nextLeaseExpiry",
        ${quarantineJson('jl_key_stats.stream')} AS quarantine,
-       ${pauseJson('k')} AS paused
-FROM jl_key_stats JOIN jl_keys k USING (stream)
-ORDER BY jl_key_stats.key`;
+       ${pauseJson('jl_key_stats')} AS paused
+FROM jl_key_stats
+ORDER BY key`;
 
 type Row = Omit<KeyRow, 'leaseState' | 'atLimit' | 'quarantine'> & { readonly quarantine: Parameters<typeof toQuarantine>[0] };
 

@@ -7,7 +7,7 @@ export interface KeyPause {
   readonly at: number;
 }
 
-/** The pause of the key row `k` (an alias of jl_keys) as JSON, or NULL while the key runs. */
+/** The pause of the row `k` (jl_keys or jl_key_stats, which carry its columns) as JSON, or NULL while the key runs. */
 export const pauseJson = (k: string): string =>
   `CASE WHEN ${k}.paused_at IS NULL THEN NULL ELSE json_build_object('by', ${k}.paused_by, 'reason', ${k}.paused_reason, 'at', ${epochMs(`${k}.paused_at`)}) END`;
 
