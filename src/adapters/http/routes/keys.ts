@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import * as t from 'io-ts';
 import { Reason } from '../../../domain/commands.js';
 import { UnknownKeyError } from '../../../domain/errors.js';
@@ -59,15 +59,14 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger): void =>
     return ledger.setLimit({ key: body.key, limit: body.limit, by: operator(request, body.by) }, VIA);
   });
 
-  /** Nothing new is admitted on the key until resumed; holders finish. 409 when already paused. */
-  app.post('/api/keys/pause', async (request) => {
+  const pauseInput = (request: FastifyRequest) => {
     const body = decodeInput(PauseBody, request.body, '(body)');
-    return ledger.pause({ key: body.key, by: operator(request, body.by), ...(body.reason === undefined ? {} : { reason: body.reason }) }, VIA);
-  });
+    return { key: body.key, by: operator(request, body.by), ...(body.reason === undefined ? {} : { reason: body.reason }) };
+  };
+
+  /** Nothing new is admitted on the key until resumed; holders finish. 409 when already paused. */
+  app.post('/api/keys/pause', async (request) => ledger.pause(pauseInput(request), VIA));
 
   /** The key admits again: its free slots go to the parked jobs at once. 409 when it is not paused. */
-  app.post('/api/keys/resume', async (request) => {
-    const body = decodeInput(PauseBody, request.body, '(body)');
-    return ledger.resume({ key: body.key, by: operator(request, body.by), ...(body.reason === undefined ? {} : { reason: body.reason }) }, VIA);
-  });
+  app.post('/api/keys/resume', async (request) => ledger.resume(pauseInput(request), VIA));
 };
