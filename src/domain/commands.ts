@@ -1,7 +1,7 @@
 import * as E from 'fp-ts/lib/Either.js';
 import * as t from 'io-ts';
 import { WhenFull } from './events.js';
-import { Jitter, JsonArgs, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, Time, ValidationError, decodeWith, refine } from './values.js';
+import { Jitter, JsonArgs, Key, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, Time, ValidationError, decodeWith, refine } from './values.js';
 
 // The commands a key's decider takes, as io-ts codecs: the command layer decodes every command
 // with them before deciding, so the decider trusts their shape and guards only what depends on
@@ -9,6 +9,19 @@ import { Jitter, JsonArgs, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Pr
 
 const Id = NonEmptyString(200);
 const By = NonEmptyString(200);
+
+/** The most further limits one job may be under. */
+export const MAX_LIMITS_PER_JOB = 16;
+
+/** A further limit key a job is under; `limit` sets the key's limit at its first use (1 when absent), as a key's own does. */
+export const LimitRef = t.intersection([t.type({ key: Key }), t.partial({ limit: Limit })]);
+export type LimitRef = t.TypeOf<typeof LimitRef>;
+const LimitRefs = refine(
+  t.array(LimitRef),
+  'Limits',
+  (ls) => ls.length <= MAX_LIMITS_PER_JOB && new Set(ls.map((l) => l.key)).size === ls.length,
+  `must be at most ${MAX_LIMITS_PER_JOB} limit keys, each named once`,
+) as t.Type<LimitRef[], LimitRef[], unknown>;
 
 export const JobSpec = t.intersection([
   t.type({
@@ -24,10 +37,11 @@ export const JobSpec = t.intersection([
     runAt: t.union([Time, t.null]),
   }),
   /**
-   * The job's own lease (the key's lease when absent), and what happens when it finds its key full
-   * (park when absent; see WhenFull).
+   * The job's own lease (the key's lease when absent), what happens when it finds its key full
+   * (park when absent; see WhenFull), and the further limit keys it is under besides its stream's
+   * own (never that one): it runs only with a slot in every one of them.
    */
-  t.partial({ leaseMs: LeaseMs, whenFull: WhenFull }),
+  t.partial({ leaseMs: LeaseMs, whenFull: WhenFull, limits: LimitRefs }),
 ]);
 export type JobSpec = t.TypeOf<typeof JobSpec>;
 
@@ -96,6 +110,11 @@ export const Reason = NonEmptyString(MAX_REASON_LENGTH);
 export const PauseKey = withOptional(command('PauseKey', { by: By }), { reason: Reason });
 /** Admits on the key again: its free slots go to the parked jobs at once. */
 export const ResumeKey = withOptional(command('ResumeKey', { by: By }), { reason: Reason });
+/**
+ * Serves the key's line from `after` (from its head when absent): the second step of a release
+ * whose line reached jobs under further limits that the first decision did not have the streams of.
+ */
+export const FillSlots = withOptional(command('FillSlots', {}), { after: t.type({ priority: t.number, seq: t.number }) });
 
 const codecs = {
   Enqueue,
@@ -111,6 +130,7 @@ const codecs = {
   RevokeLease,
   PauseKey,
   ResumeKey,
+  FillSlots,
   DiscardParked,
   Cancel,
 };

@@ -9,8 +9,10 @@ export type DomainError =
   | { readonly tag: 'JobNotFound'; readonly jobId: string }
   | { readonly tag: 'NotHolding'; readonly jobId: string }
   | { readonly tag: 'NotParked'; readonly jobIds: readonly string[] }
-  /** An enqueue named a limit other than the key's recorded one (and does not own the limit). */
-  | { readonly tag: 'LimitMismatch'; readonly recorded: number; readonly requested: number }
+  /** An enqueue named a limit other than the key's recorded one (and does not own the limit). `key`: a further limit key of the job, when it is not the job's own key. */
+  | { readonly tag: 'LimitMismatch'; readonly recorded: number; readonly requested: number; readonly key?: string }
+  /** The job waits or holds on this key as one of its further limits; it belongs to (and is acted on through) its home stream. */
+  | { readonly tag: 'HeldElsewhere'; readonly jobId: string; readonly home: string }
   /** A pause of a paused key, or a resume of a running one. */
   | { readonly tag: 'AlreadyPaused'; readonly by: string; readonly reason: string | null }
   | { readonly tag: 'NotPaused' };
@@ -33,7 +35,10 @@ export const describeDomainError = (e: DomainError): string => {
       return `the key is already paused (by ${e.by}${e.reason === null ? '' : `: ${e.reason}`}); nothing changed`;
     case 'NotPaused':
       return 'the key is not paused; nothing changed';
+    case 'HeldElsewhere':
+      return `job ${e.jobId} is under this key's limit but belongs to ${e.home}: act on it there; nothing changed`;
     case 'LimitMismatch':
+      if (e.key !== undefined) return `limit key ${JSON.stringify(e.key)} has limit ${e.recorded}, not ${e.requested}: a key keeps the limit its first enqueue set; change it with set-limit; nothing was written`;
       return `the key's limit is ${e.recorded}, not ${e.requested}: a key keeps the limit its first enqueue set; change it with set-limit (or enqueue from a job definition that owns the limit); nothing was written`;
   }
 };

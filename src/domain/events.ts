@@ -53,9 +53,10 @@ export const JobEnqueued = eventWith(
   /**
    * `solo`: the first event of a job's own stream (no key): the stream's limit is 1 and its lease
    * the job's, with no KeyLimitSet. `whenFull`: what the job does when its key is full at enqueue
-   * (absent: park).
+   * (absent: park). `limits`: the further limit keys the job is under (a tenant's, an API's, its
+   * queue's cap): it holds a slot in each of them and in its own key at once, or in none.
    */
-  { solo: t.literal(true), whenFull: WhenFull },
+  { solo: t.literal(true), whenFull: WhenFull, limits: t.array(t.string) },
 );
 /**
  * An admission holds its slot without expiry until a worker starts it (expiresAt null): a backlog
@@ -110,6 +111,20 @@ export const KeyPaused = event('KeyPaused', { by: t.string, reason: t.union([t.s
 /** The key runs again: its free slots go to the parked jobs in their order, in the same append. */
 export const KeyResumed = event('KeyResumed', { by: t.string, reason: t.union([t.string, t.null]) });
 
+// A limit key's record of the jobs of OTHER streams that are under its limit (JobEnqueued.limits):
+// who waits in its line and who holds its slots, decided in the same append as the job's own
+// events on its home stream (a promotion there is a LimitHeld here, a release a LimitReleased).
+// `home`: the job's own stream; `limits`: every limit key the job is under.
+
+/** The job waits in this key's line (it is parked at home: some limit of it is full). */
+export const LimitWaiting = event('LimitWaiting', { jobId: JobId, home: t.string, limits: t.array(t.string), priority: t.number });
+/** The job holds one of this key's slots, under the lease of its home stream. */
+export const LimitHeld = event('LimitHeld', { jobId: JobId, home: t.string, limits: t.array(t.string), priority: t.number, leaseId: LeaseId, waitedMs: t.number });
+/** The job's slot here is free again: its home released its lease, for `reason`. */
+export const LimitReleased = event('LimitReleased', { jobId: JobId, leaseId: LeaseId, reason: ReleaseReason });
+/** The job left this key's line without a slot (cancelled, discarded or replaced while parked). */
+export const LimitLeft = event('LimitLeft', { jobId: JobId, reason: t.string });
+
 export const KeyEvent = t.union([
   KeyLimitSet,
   JobEnqueued,
@@ -132,6 +147,10 @@ export const KeyEvent = t.union([
   ParkedReplaced,
   KeyPaused,
   KeyResumed,
+  LimitWaiting,
+  LimitHeld,
+  LimitReleased,
+  LimitLeft,
 ]);
 export type KeyEvent = t.TypeOf<typeof KeyEvent>;
 

@@ -48,9 +48,12 @@ const JobStateFields = t.type({
 });
 /**
  * `debounce`: the job's name, kept only for a job enqueued with whenFull "replace": a newer one of
- * the same name that parks replaces it while it is parked.
+ * the same name that parks replaces it while it is parked. `limits`: the further limit keys of a
+ * job under several limits (JobEnqueued.limits). `home`: set on a limit key's entry for a job of
+ * another stream (a guest: LimitWaiting/LimitHeld), which waits or holds here and nothing else
+ * (its attempts, queue and lease live at home).
  */
-const JobState = t.intersection([JobStateFields, t.partial({ debounce: t.string })]);
+const JobState = t.intersection([JobStateFields, t.partial({ debounce: t.string, limits: t.array(t.string), home: t.string })]);
 export type JobState = t.TypeOf<typeof JobState>;
 
 /** Who paused the key, why and when: while paused nothing is admitted on it. */
@@ -102,10 +105,12 @@ export const byPromotionOrder = (a: JobEntry, b: JobEntry): number => a.priority
 // a Scratch's rollback goes back through it. A copy (draftOf, fold) starts without one.
 const parkedIndexes = new WeakMap<KeyState, string[]>();
 
-const precedes = (a: JobState, b: JobState): boolean => a.priority < b.priority || (a.priority === b.priority && a.seq < b.seq);
+type Place = Pick<JobState, 'priority' | 'seq'>;
+
+const precedes = (a: Place, b: Place): boolean => a.priority < b.priority || (a.priority === b.priority && a.seq < b.seq);
 
 /** Where a job with `job`'s priority and seq is, or goes, in the index (binary search). */
-const positionIn = (index: readonly string[], jobs: Readonly<Record<string, JobState>>, job: JobState): number => {
+const positionIn = (index: readonly string[], jobs: Readonly<Record<string, JobState>>, job: Place): number => {
   let lo = 0;
   let hi = index.length;
   while (lo < hi) {
@@ -142,9 +147,19 @@ const reindex = (d: Draft, jobId: string, job: JobState | undefined, next: JobSt
 
 export const parkedInOrder = (state: KeyState): JobEntry[] => nextParked(state, Infinity);
 
-/** The first `n` parked jobs in promotion order. */
-export const nextParked = (state: KeyState, n: number): JobEntry[] =>
-  n <= 0 ? [] : parkedIndex(state).slice(0, n).map((jobId) => ({ ...state.jobs[jobId]!, jobId }));
+/** The first `n` parked jobs in promotion order (after `after`, when given). */
+export const nextParked = (state: KeyState, n: number, after?: LinePlace): JobEntry[] => {
+  if (n <= 0) return [];
+  const index = parkedIndex(state);
+  const from = after === undefined ? 0 : positionIn(index, state.jobs, { priority: after.priority, seq: after.seq + 0.5 });
+  return index.slice(from, from + n).map((jobId) => ({ ...state.jobs[jobId]!, jobId }));
+};
+
+/** A place in a key's line: the jobs after it are those later in promotion order. */
+export interface LinePlace {
+  readonly priority: number;
+  readonly seq: number;
+}
 
 
 /**
@@ -201,6 +216,7 @@ export const apply = (d: Draft, event: KeyEvent): void => {
         parkedAt: null,
         lease: null,
         ...(e.whenFull === 'replace' ? { debounce: e.name } : {}),
+        ...(e.limits !== undefined && e.limits.length > 0 ? { limits: e.limits } : {}),
       };
       d.nextSeq += 1;
       return;
@@ -247,8 +263,32 @@ export const apply = (d: Draft, event: KeyEvent): void => {
     case 'LeaseRevoked':
       // The SlotReleased that follows in the same append moves the job on.
       return;
+    case 'LimitWaiting':
+    case 'LimitHeld': {
+      const e = event.data;
+      const holds = event.type === 'LimitHeld';
+      if (holds) d.holding += 1;
+      const lease = event.type === 'LimitHeld' ? { leaseId: event.data.leaseId, acquiredAt: e.at, expiresAt: null, workerId: null, msgId: null } : null;
+      const status = holds ? 'holding' : 'parked';
+      const parkedAt = holds ? null : e.at;
+      const existing = d.jobs[e.jobId];
+      if (existing !== undefined) return setJob(d, e.jobId, (job) => ({ ...job, status, parkedAt, lease }));
+      const guest: JobState = { status, priority: e.priority, seq: d.nextSeq, attempts: 0, maxAttempts: 0, leaseMs: 0, queue: '', runAt: null, parkedAt, lease, home: e.home, limits: e.limits };
+      d.nextSeq += 1;
+      reindex(d, e.jobId, undefined, guest);
+      d.jobs[e.jobId] = guest;
+      return;
+    }
+    case 'LimitReleased':
+      d.holding -= 1;
+      return setJob(d, event.data.jobId, () => undefined);
+    case 'LimitLeft':
+      return setJob(d, event.data.jobId, () => undefined);
   }
 };
+
+/** A job under further limits than its stream's own (at home, or as a guest of a limit key). */
+export const isUnderLimits = (job: JobState): job is JobState & { limits: string[] } => job.limits !== undefined;
 
 /** A point a Scratch can be rolled back to. */
 export interface ScratchMark {

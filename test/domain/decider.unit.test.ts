@@ -314,7 +314,8 @@ describe('Yield', () => {
     });
 
     it('a job without a key (its own limit-1 stream) is given back the same way', () => {
-      const solo = mk('JobEnqueued', { ...a, leaseMs: LEASE, solo: true, at: T0 });
+      const { limits: _none, ...spec } = a;
+      const solo = mk('JobEnqueued', { ...spec, leaseMs: LEASE, solo: true, at: T0 });
       given(solo, acquired('a', 'a:1'), started('a', 'a:1', T0 + SEC))
         .when(giveBack, at)
         .then(givenBack('a', 'a:1', at, 0, at + 10 * SEC), released('a', 'a:1', 'yielded', at), scheduled('a', at + 10 * SEC, at));

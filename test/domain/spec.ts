@@ -50,7 +50,10 @@ const ev =
 // Event builders with the defaults a spec would otherwise repeat.
 export const limitSet = (limit: number, at = T0, by: string | null = null, leaseMs = LEASE) =>
   ev('KeyLimitSet')({ limit, leaseMs, by }, at);
-export const enqueued = (spec: JobSpec, at = T0) => ev('JobEnqueued')({ ...spec, leaseMs: spec.leaseMs ?? LEASE }, at);
+export const enqueued = (spec: JobSpec, at = T0) => {
+  const { limits, ...rest } = spec;
+  return ev('JobEnqueued')({ ...rest, leaseMs: spec.leaseMs ?? LEASE, ...(limits !== undefined ? { limits: limits.map((l) => l.key) } : {}) }, at);
+};
 /** An admission: no expiry until a worker starts it. */
 export const acquired = (jobId: string, leaseId: string, at = T0) => ev('SlotAcquired')({ jobId, leaseId, expiresAt: null }, at);
 export const parked = (jobId: string, at = T0) => ev('JobParked')({ jobId }, at);

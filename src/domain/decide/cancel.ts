@@ -5,6 +5,7 @@ import { accept, refuse, type Decision, type Outcome } from './decision.js';
 export const cancel = (c: CommandOf<'Cancel'>, d: Decision): Outcome => {
   const job = d.job(c.jobId);
   if (job === undefined) return refuse({ tag: 'JobNotFound', jobId: c.jobId });
+  if (job.home !== undefined) return refuse({ tag: 'HeldElsewhere', jobId: c.jobId, home: job.home });
   d.emit('JobCancelled', { jobId: c.jobId, by: c.by });
   if (job.lease !== null) {
     d.release(job, 'cancelled');

@@ -2,11 +2,41 @@ import * as E from 'fp-ts/lib/Either.js';
 import { retryDelayMs } from '../backoff.js';
 import type { DomainError } from '../errors.js';
 import { mk, type EventData, type KeyEvent, type KeyEventType, type ReleaseReason } from '../events.js';
-import { apply, nextParked, type Draft, type JobEntry, type KeyState } from '../key-state.js';
+import { apply, isUnderLimits, nextParked, type Draft, type JobEntry, type JobState, type KeyState, type LinePlace } from '../key-state.js';
+import { keyStream } from '../streams.js';
+
+/**
+ * The other streams of a decision that spans several (a job under further limits): each a
+ * Decision of its own on the same flush's state, reached by stream name.
+ */
+export interface Across {
+  /** The decision on `stream`, or undefined when its state is not at hand (the writer did not lock it). */
+  readonly on: (stream: string) => Decision | undefined;
+  /** A limit key's slot went free for a job of another stream: its line is served when the decision ends. */
+  readonly freed: (stream: string) => void;
+  /** A key's line reached a job whose other streams are not at hand: serve it from `after` in a decision that has them. */
+  readonly fillLater: (stream: string, after: LinePlace | undefined) => void;
+}
+
+/** The decision needs the state of streams it was not given: decide it again with them (nothing of it is kept). */
+export class StreamsNeeded extends Error {
+  override readonly name = 'StreamsNeeded';
+  constructor(readonly streams: readonly string[]) {
+    super(`the decision needs streams ${streams.join(', ')}`);
+  }
+}
 
 // The steps every decision is made of. A Decision records events and folds each one at once, so a
 // later step (promotion after a release, the second job of a batch) sees what the earlier ones did:
 // this is what makes "release and hand the slot over" a single append.
+//
+// A job under further limits (JobEnqueued.limits) takes a slot in its own key and in each limit
+// key at once, or waits in all their lines: every event of such a job here is mirrored, in the
+// same decision, on each limit key's stream (SlotAcquired/JobPromoted as LimitHeld, JobParked as
+// LimitWaiting, SlotReleased as LimitReleased, leaving a line as LimitLeft). This MUST stay one
+// decision over every stream of the job, appended in one transaction with an expected revision
+// each: a hold decided on one stream and written on another later would be a partial hold, and
+// two writers could each take the last slot of a limit they share.
 export class Decision {
   readonly events: KeyEvent[] = [];
   /** The key's state as the events so far leave it, changed in place, so each event costs O(1). */
@@ -20,6 +50,9 @@ export class Decision {
     draft: Draft,
     readonly now: number,
     private readonly applyEvent: (event: KeyEvent) => void = (event) => apply(draft, event),
+    /** This decision's stream (named in a limit key's events as the home of its jobs). */
+    readonly stream = '',
+    private readonly across?: Across,
   ) {
     this.draft = draft;
   }
@@ -28,10 +61,93 @@ export class Decision {
     return this.draft;
   }
 
+  /** The decision on another stream of the same flush (undefined when it is not at hand). */
+  on(stream: string): Decision | undefined {
+    return stream === this.stream ? this : this.across?.on(stream);
+  }
+
   emit<T extends KeyEventType>(type: T, data: Omit<EventData<T>, 'at'>): void {
     const event = mk(type, { ...data, at: this.now } as unknown as EventData<T>);
+    const jobId = (data as { readonly jobId?: string }).jobId;
+    const before = jobId === undefined ? undefined : this.draft.jobs[jobId];
     this.events.push(event);
     this.applyEvent(event);
+    if (before !== undefined && before.home === undefined && isUnderLimits(before)) this.mirror(event, before);
+  }
+
+  /** The same step for the job on each of its limit keys (see the top of this file). */
+  private mirror(event: KeyEvent, job: JobState & { limits: string[] }): void {
+    const jobId = (event.data as { readonly jobId: string }).jobId;
+    const guest = { jobId, home: this.stream, limits: job.limits, priority: job.priority };
+    for (const other of this.limitDecisions(job)) {
+      switch (event.type) {
+        case 'SlotAcquired':
+        case 'JobPromoted':
+          other.emit('LimitHeld', { ...guest, leaseId: event.data.leaseId, waitedMs: event.type === 'JobPromoted' ? event.data.waitedMs : 0 });
+          break;
+        case 'JobParked':
+          other.emit('LimitWaiting', guest);
+          break;
+        case 'SlotReleased':
+          other.emit('LimitReleased', { jobId, leaseId: event.data.leaseId, reason: event.data.reason });
+          this.across!.freed(other.stream);
+          break;
+        case 'JobCancelled':
+        case 'ParkedDiscarded':
+        case 'ParkedReplaced':
+          if (job.status === 'parked') other.emit('LimitLeft', { jobId, reason: event.type === 'ParkedReplaced' ? `replaced by ${event.data.by}` : `${event.type === 'JobCancelled' ? 'cancelled' : 'discarded'} by ${event.data.by}` });
+          break;
+        default:
+          break;
+      }
+    }
+  }
+
+  /** The decisions of a home job's limit keys; StreamsNeeded when one is not at hand. */
+  private limitDecisions(job: JobState & { limits: string[] }): Decision[] {
+    const streams = job.limits.map(keyStream);
+    const found = streams.map((s) => this.across?.on(s));
+    const missing = streams.filter((_, i) => found[i] === undefined);
+    if (missing.length > 0) throw new StreamsNeeded(missing);
+    return found as Decision[];
+  }
+
+  /**
+   * The decisions of every OTHER stream a job is under (its home, for a guest, and its limit
+   * keys), or undefined when one of them is not at hand.
+   */
+  private othersOf(job: JobState & { limits: string[] }): Decision[] | undefined {
+    const streams = [job.home ?? this.stream, ...job.limits.map(keyStream)].filter((s) => s !== this.stream);
+    const out: Decision[] = [];
+    for (const s of streams) {
+      const d = this.across?.on(s);
+      if (d === undefined) return undefined;
+      out.push(d);
+    }
+    return out;
+  }
+
+  /**
+   * Whether the job could take a slot now: here and, for a job under further limits, on each of
+   * them. Throws StreamsNeeded when one of them is not at hand.
+   */
+  hasRoomFor(jobId: string): boolean {
+    const job = this.draft.jobs[jobId];
+    if (!this.hasFreeSlot()) return false;
+    if (job === undefined || !isUnderLimits(job)) return true;
+    const others = this.othersOf(job);
+    if (others === undefined) throw new StreamsNeeded([job.home ?? this.stream, ...job.limits.map(keyStream)].filter((s) => s !== this.stream && this.across?.on(s) === undefined));
+    return others.every((d) => d.hasFreeSlot());
+  }
+
+  /** For a rejection: which limit of the job is full or paused ("key" when it is the job's own). */
+  whyNoRoom(jobId: string): string {
+    if (!this.hasFreeSlot()) return this.draft.paused === undefined ? `key full (limit ${this.draft.limit})` : 'key paused';
+    const job = this.draft.jobs[jobId]!;
+    const blocked = isUnderLimits(job) ? this.othersOf(job)?.find((d) => !d.hasFreeSlot()) : undefined;
+    if (blocked === undefined) return 'no free slot';
+    const key = blocked.stream.startsWith('key:') ? blocked.stream.slice('key:'.length) : blocked.stream;
+    return blocked.state.paused === undefined ? `limit ${key} full (limit ${blocked.state.limit})` : `limit ${key} paused`;
   }
 
   job(jobId: string): JobEntry | undefined {
@@ -54,24 +170,46 @@ export class Decision {
    * starts counting when a worker starts it.
    */
   admit(jobId: string): void {
-    if (this.hasFreeSlot()) {
+    if (this.hasRoomFor(jobId)) {
       this.emit('SlotAcquired', { jobId, leaseId: this.nextLeaseId(jobId), expiresAt: null });
     } else {
       this.emit('JobParked', { jobId });
     }
   }
 
-  /** Hands every free slot to parked jobs in promotion order. Runs after anything that frees a slot or raises the limit. */
-  fillSlots(): void {
-    for (const next of nextParked(this.state, this.draft.limit - this.draft.holding)) {
-      if (!this.hasFreeSlot()) return;
-      this.emit('JobPromoted', {
-        jobId: next.jobId,
-        leaseId: this.nextLeaseId(next.jobId),
-        expiresAt: null,
-        waitedMs: this.now - (next.parkedAt ?? this.now),
-      });
+  /**
+   * Hands every free slot to parked jobs in promotion order. Runs after anything that frees a slot
+   * or raises the limit. A job under further limits is promoted (on its home stream, so on every
+   * limit at once) only when each of them has room too, and passed over otherwise: it is promoted
+   * when the last of them frees, from that key's line. When the line reaches such a job whose
+   * streams are not at hand, the rest of the line is served later, from there (Across.fillLater).
+   */
+  fillSlots(after?: LinePlace): void {
+    let place = after;
+    while (this.hasFreeSlot()) {
+      const line = nextParked(this.state, this.draft.limit - this.draft.holding + LOOK_AHEAD, place);
+      if (line.length === 0) return;
+      for (const next of line) {
+        if (!this.hasFreeSlot()) return;
+        if (isUnderLimits(next)) {
+          const others = this.othersOf(next);
+          if (others === undefined) {
+            this.across?.fillLater(this.stream, place);
+            return;
+          }
+          if (others.every((d) => d.hasFreeSlot())) (next.home === undefined ? this : others.find((d) => d.stream === next.home)!).promote(next.jobId);
+        } else {
+          this.promote(next.jobId);
+        }
+        place = next;
+      }
     }
+  }
+
+  /** A parked job of this stream takes a slot (and, under further limits, one on each: mirrored). */
+  private promote(jobId: string): void {
+    const job = this.draft.jobs[jobId]!;
+    this.emit('JobPromoted', { jobId, leaseId: this.nextLeaseId(jobId), expiresAt: null, waitedMs: this.now - (job.parkedAt ?? this.now) });
   }
 
   /**
@@ -138,6 +276,9 @@ export class Decision {
   }
 }
 
+/** Parked jobs read past the free slots in one go: those under further limits may be passed over. */
+const LOOK_AHEAD = 8;
+
 export type Outcome = E.Either<DomainError, readonly KeyEvent[]>;
 
 export const refuse = (error: DomainError): Outcome => E.left(error);
@@ -153,6 +294,7 @@ export const leaseHolder = (
   leaseId: string,
 ): { readonly job: JobEntry; readonly error?: undefined } | { readonly job?: undefined; readonly error: DomainError } => {
   const job = d.job(jobId);
+  if (job?.home !== undefined) return { error: { tag: 'HeldElsewhere', jobId, home: job.home } };
   if (job?.lease?.leaseId !== leaseId) {
     return { error: { tag: 'StaleLease', jobId, leaseId, currentLeaseId: job?.lease?.leaseId ?? null } };
   }

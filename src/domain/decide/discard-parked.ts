@@ -4,7 +4,10 @@ import { accept, refuse, type Decision, type Outcome } from './decision.js';
 
 /** The operator's way to drop parked jobs; parked jobs never expire on their own (pgbus deleted them silently). */
 export const discardParked = (c: CommandOf<'DiscardParked'>, d: Decision): Outcome => {
-  const parked = parkedInOrder(d.state);
+  const guest = c.jobIds?.map((id) => d.job(id)).find((j) => j?.home !== undefined);
+  if (guest !== undefined) return refuse({ tag: 'HeldElsewhere', jobId: guest.jobId, home: guest.home! });
+  // A job of another stream waiting here as one of its limits is discarded at its home.
+  const parked = parkedInOrder(d.state).filter((j) => j.home === undefined);
   if (c.jobIds !== undefined) {
     const parkedIds = new Set(parked.map((j) => j.jobId));
     const notParked = c.jobIds.filter((id) => !parkedIds.has(id));

@@ -1,6 +1,8 @@
 import { DEFAULT_LEASE_MS, DEFAULT_LIMIT, type CommandOf, type JobSpec, type KeyPolicy } from '../commands.js';
+import type { DomainError } from '../errors.js';
 import { parkedInOrder } from '../key-state.js';
-import { accept, refuse, type Decision, type Outcome } from './decision.js';
+import { keyStream } from '../streams.js';
+import { StreamsNeeded, accept, refuse, type Decision, type Outcome } from './decision.js';
 
 /**
  * Enqueue and EnqueueMany: one append for the whole batch, each job admitted against the limit in
@@ -21,15 +23,42 @@ export const enqueue = (c: CommandOf<'Enqueue'> | CommandOf<'EnqueueMany'>, d: D
   const finished = new Set<string>();
   for (const job of c.type === 'Enqueue' ? [c.job] : c.jobs) {
     if (d.job(job.jobId) !== undefined || finished.has(job.jobId)) continue;
+    const refusal = job.limits === undefined ? undefined : limitPolicies(job, c.ownsLimit === true, d);
+    if (refusal !== undefined) return refuse(refusal);
     const leaseMs = job.leaseMs ?? (solo && d.state.limit === 0 ? (c.leaseMs ?? DEFAULT_LEASE_MS) : d.state.leaseMs);
+    const { limits, ...spec } = job;
     // `+ 0` turns a priority of -0 into 0, the value JSON stores, so replay folds the same state.
-    d.emit('JobEnqueued', { ...job, priority: job.priority + 0, leaseMs, ...(solo && d.state.limit === 0 ? { solo: true as const } : {}) });
+    d.emit('JobEnqueued', {
+      ...spec,
+      priority: job.priority + 0,
+      leaseMs,
+      ...(solo && d.state.limit === 0 ? { solo: true as const } : {}),
+      ...(limits !== undefined && limits.length > 0 ? { limits: limits.map((l) => l.key) } : {}),
+    });
     // A job due later holds no slot while it waits (pgbus took the slot at enqueue).
     if (job.runAt !== null && job.runAt > d.now) d.emit('JobScheduled', { jobId: job.jobId, runAt: job.runAt });
-    else if (d.hasFreeSlot()) d.admit(job.jobId);
+    else if (d.hasRoomFor(job.jobId)) d.admit(job.jobId);
     else whenFull(job, d, finished);
   }
   return accept(d);
+};
+
+/**
+ * A further limit key's first use sets its limit (1 when the job names none), as a key's first
+ * enqueue does; a later one naming another limit is refused, naming that key, unless it owns it.
+ */
+const limitPolicies = (job: JobSpec, ownsLimit: boolean, d: Decision): DomainError | undefined => {
+  for (const { key, limit } of job.limits ?? []) {
+    const other = d.on(keyStream(key));
+    if (other === undefined) throw new StreamsNeeded(job.limits!.map((l) => keyStream(l.key)));
+    const recorded = other.state.limit;
+    if (recorded > 0 && limit !== undefined && limit !== recorded && !ownsLimit) return { tag: 'LimitMismatch', recorded, requested: limit, key };
+    if (recorded === 0 || (limit !== undefined && limit !== recorded)) {
+      other.emit('KeyLimitSet', { limit: limit ?? DEFAULT_LIMIT, leaseMs: recorded === 0 ? DEFAULT_LEASE_MS : other.state.leaseMs, by: null });
+      other.fillSlots();
+    }
+  }
+  return undefined;
 };
 
 /**
@@ -52,7 +81,7 @@ const applyPolicy = (policy: KeyPolicy, d: Decision): void => {
  */
 const whenFull = (job: JobSpec, d: Decision, finished: Set<string>): void => {
   if (job.whenFull === 'reject') {
-    d.emit('JobRejected', { jobId: job.jobId, reason: d.state.paused === undefined ? `key full (limit ${d.state.limit})` : 'key paused' });
+    d.emit('JobRejected', { jobId: job.jobId, reason: d.whyNoRoom(job.jobId) });
     finished.add(job.jobId);
     return;
   }

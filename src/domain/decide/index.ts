@@ -3,15 +3,16 @@ import type { Either } from 'fp-ts/lib/Either.js';
 import type { Command } from '../commands.js';
 import type { DomainError } from '../errors.js';
 import type { KeyEvent } from '../events.js';
-import { draftOf, type KeyState, type Scratch } from '../key-state.js';
+import { Scratch, draftOf, initialKeyState, type KeyState, type LinePlace, type ScratchMark } from '../key-state.js';
 import { admitDue } from './admit-due.js';
 import { cancel } from './cancel.js';
 import { complete } from './complete.js';
-import { Decision } from './decision.js';
+import { Decision, StreamsNeeded, type Across } from './decision.js';
 import { discardParked } from './discard-parked.js';
 import { enqueue } from './enqueue.js';
 import { expireLeases } from './expire-leases.js';
 import { fail } from './fail.js';
+import { fillSlots } from './fill-slots.js';
 import { pauseKey, resumeKey } from './pause.js';
 import { renew } from './renew.js';
 import { revokeLease } from './revoke-lease.js';
@@ -33,6 +34,83 @@ export const decideInto = (command: Command, scratch: Scratch, now: number): Eit
   const result = decideWith(command, new Decision(scratch.draft, now, (event) => scratch.apply(event)));
   if (E.isLeft(result)) scratch.rollbackTo(mark);
   return result;
+};
+
+/** What a decision over several streams decided. */
+export type AcrossOutcome =
+  | {
+      readonly tag: 'decided';
+      readonly result: Either<DomainError, ReadonlyMap<string, readonly KeyEvent[]>>;
+      /** Keys whose line reached jobs whose streams were not at hand: serve each from its place (FillSlots). */
+      readonly fillLater: ReadonlyMap<string, LinePlace | undefined>;
+    }
+  /** Streams the decision needs and was not given: nothing of it was kept. */
+  | { readonly tag: 'needs'; readonly streams: readonly string[] };
+
+/**
+ * A command on `stream` decided on every stream it touches (a job under further limits: its limit
+ * keys; a released slot of a limit key: the jobs of other streams in its line), each state its
+ * caller's through its Scratch (`scratchOf`: undefined for a stream not at hand). A refusal, or
+ * a need for a stream not at hand, rolls every touched state back. Afterwards the line of every
+ * limit key whose slot went free is served, in the same decision.
+ */
+export const decideAcross = (command: Command, stream: string, scratchOf: (stream: string) => Scratch | undefined, now: number): AcrossOutcome => {
+  const touched = new Map<string, { readonly decision: Decision; readonly scratch: Scratch; readonly mark: ScratchMark }>();
+  const freed: string[] = [];
+  const fillLater = new Map<string, LinePlace | undefined>();
+  const across: Across = {
+    on: (s) => {
+      const known = touched.get(s);
+      if (known !== undefined) return known.decision;
+      const scratch = scratchOf(s);
+      if (scratch === undefined) return undefined;
+      const decision = new Decision(scratch.draft, now, (event) => scratch.apply(event), s, across);
+      touched.set(s, { decision, scratch, mark: scratch.mark() });
+      return decision;
+    },
+    freed: (s) => {
+      if (!freed.includes(s)) freed.push(s);
+    },
+    fillLater: (s, after) => {
+      if (!fillLater.has(s)) fillLater.set(s, after);
+    },
+  };
+  const rollback = () => {
+    for (const { scratch, mark } of touched.values()) scratch.rollbackTo(mark);
+  };
+  try {
+    const home = across.on(stream);
+    if (home === undefined) throw new StreamsNeeded([stream]);
+    const result = decideWith(command, home);
+    if (E.isLeft(result)) {
+      rollback();
+      return { tag: 'decided', result: E.left(result.left), fillLater: new Map() };
+    }
+    for (const s of freed) if (s !== stream) across.on(s)!.fillSlots();
+    return { tag: 'decided', result: E.right(new Map([...touched].map(([s, t]) => [s, t.decision.events]))), fillLater };
+  } catch (error) {
+    rollback();
+    if (error instanceof StreamsNeeded) return { tag: 'needs', streams: error.streams };
+    throw error;
+  }
+};
+
+/**
+ * decideAcross on states the caller keeps (copied, never changed): the pure decider over several
+ * streams, for specs and properties. A stream absent from `states` is a new one.
+ */
+export const decideAll = (command: Command, stream: string, states: ReadonlyMap<string, KeyState>, now: number): AcrossOutcome => {
+  const scratches = new Map<string, Scratch>();
+  return decideAcross(
+    command,
+    stream,
+    (s) => {
+      let scratch = scratches.get(s);
+      if (scratch === undefined) scratches.set(s, (scratch = new Scratch(draftOf(states.get(s) ?? initialKeyState))));
+      return scratch;
+    },
+    now,
+  );
 };
 
 const decideWith = (command: Command, d: Decision): Either<DomainError, readonly KeyEvent[]> => {
@@ -60,6 +138,8 @@ const decideWith = (command: Command, d: Decision): Either<DomainError, readonly
       return pauseKey(command, d);
     case 'ResumeKey':
       return resumeKey(command, d);
+    case 'FillSlots':
+      return fillSlots(command, d);
     case 'RevokeLease':
       return revokeLease(command, d);
     case 'DiscardParked':
