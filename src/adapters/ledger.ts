@@ -1,3 +1,4 @@
+import * as E from 'fp-ts/lib/Either.js';
 import pg from 'pg';
 import { audit, type Audit, type AuditTarget } from '../commands/audit.js';
 import { enqueueMany, keyEventId, type EnqueueInput, type Enqueued } from '../commands/enqueue.js';
@@ -5,8 +6,10 @@ import { KeyWriter, type CommandResult, type KeyCommand, type Loaded } from '../
 import * as operator from '../commands/operator-actions.js';
 import type { Command } from '../domain/commands.js';
 import type { EventStore, JsonObject } from '../domain/ports/event-store.js';
+import { RefusedError } from '../domain/errors.js';
 import type { Logger } from '../domain/ports/logger.js';
-import { keyStream } from '../domain/streams.js';
+import { keyStream, queueCapKey } from '../domain/streams.js';
+import { Limit, QueueName, ValidationError, checkField } from '../domain/values.js';
 import { DISPATCHER, LEASE_LOST_CHANNEL, createDispatcher } from '../projections/dispatcher.js';
 import { READ_MODELS, createReadModelProjections } from '../projections/read-models.js';
 import { AsyncProjectionRunner } from '../projections/runner.js';
@@ -58,7 +61,16 @@ export interface LedgerOptions {
    * `worker` and `serve`) wait without limit.
    */
   readonly waitForDatabaseMs?: number;
+  /**
+   * Queues with a cap of their own across every process (velocious' `queues[name].maxConcurrent`):
+   * each job of the queue is also under the limit key `queue:<name>`. Recorded on open as that
+   * key's limit (KeyLimitSet, by "config") when it differs, so a changed configuration changes the
+   * cap, in the ledger. Every process that enqueues on the queue must carry the same entry.
+   */
+  readonly queues?: QueueCaps;
 }
+
+export type QueueCaps = Readonly<Record<string, { readonly maxConcurrent: number }>>;
 
 interface LedgerParts {
   readonly notifications: Notifications;
@@ -73,6 +85,7 @@ interface LedgerParts {
   readonly log: Logger;
   readonly mode: ProjectionMode;
   readonly sweepIntervalMs: number | undefined;
+  readonly cappedQueues: ReadonlySet<string>;
 }
 
 /**
@@ -95,10 +108,12 @@ export class Ledger {
   private readonly workers = new Set<Worker>();
   private readonly sweeper: Sweeper;
   private readonly runners: AsyncProjectionRunner[];
+  private readonly cappedQueues: ReadonlySet<string>;
 
   private constructor(parts: LedgerParts) {
     ({ notifications: this.notifications, outages: this.outages, store: this.store, queue: this.queue, writer: this.writer, pool: this.pool, ownsPool: this.ownsPool, clock: this.clock, random: this.random, log: this.log } = parts);
     this.projectionMode = parts.mode;
+    this.cappedQueues = parts.cappedQueues;
     this.sweeper = new Sweeper(this.writer, this.pool, this.log.child({ component: 'sweeper' }), {
       clock: this.clock,
       random: this.random,
@@ -120,6 +135,7 @@ export class Ledger {
   }
 
   static async open(options: LedgerOptions): Promise<Ledger> {
+    const caps = checkQueueCaps(options.queues ?? {});
     const pool = options.pool ?? createPool(options);
     try {
       const clock = options.clock ?? Date.now;
@@ -147,7 +163,8 @@ export class Ledger {
         eventId: keyEventId,
         outages,
       });
-      return new Ledger({ notifications, outages, store, queue: new PgQueue(pool, notifications), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, sweepIntervalMs: options.sweepIntervalMs });
+      await recordQueueCaps(writer, caps);
+      return new Ledger({ notifications, outages, store, queue: new PgQueue(pool, notifications), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, sweepIntervalMs: options.sweepIntervalMs, cappedQueues: new Set(caps.map(([queue]) => queue)) });
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;
@@ -174,6 +191,7 @@ export class Ledger {
       now: this.clock,
       recorded: (ids) => this.store.recordedEventIds(ids),
       ...(metadata ? { metadata } : {}),
+      config: { cappedQueues: this.cappedQueues },
     });
   }
 
@@ -311,3 +329,20 @@ export const createPool = (options: LedgerOptions): pg.Pool => {
 };
 
 export const createLedger = (options: LedgerOptions): Promise<Ledger> => Ledger.open(options);
+
+/** The queue caps, checked before anything is opened: the error names the field. */
+const checkQueueCaps = (queues: QueueCaps): (readonly [string, number])[] => {
+  if (typeof queues !== 'object' || queues === null) throw new ValidationError('queues', 'must be an object of queue name -> { maxConcurrent }');
+  return Object.entries(queues).map(([queue, cap]) => {
+    checkField(`queues.${queue}`, QueueName, queue);
+    if (typeof cap !== 'object' || cap === null) throw new ValidationError(`queues.${queue}`, 'must be { maxConcurrent: n }');
+    return [queue, checkField(`queues.${queue}.maxConcurrent`, Limit, cap.maxConcurrent)] as const;
+  });
+};
+
+/** Each cap as its queue key's limit: a SetLimit that records nothing when the ledger already says so. */
+const recordQueueCaps = async (writer: KeyWriter, caps: readonly (readonly [string, number])[]): Promise<void> => {
+  if (caps.length === 0) return;
+  const results = await writer.executeMany(caps.map(([queue, limit]) => ({ stream: keyStream(queueCapKey(queue)), command: { type: 'SetLimit', limit, by: 'config' }, metadata: { by: 'config', via: 'queues' } })));
+  for (const r of results) if (E.isLeft(r)) throw new RefusedError(r.left);
+};

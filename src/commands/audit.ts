@@ -1,8 +1,8 @@
-import { handoffsOf, type Handoff, type RevisionedEvent } from '../domain/audit.js';
+import { auditKeyOf, describeEvents, handoffsOf, type Handoff, type RevisionedEvent } from '../domain/audit.js';
 import { UnknownJobError, UnknownKeyError } from '../domain/errors.js';
 import type { EventStore, RecordedEvent } from '../domain/ports/event-store.js';
 import type { JobStreamLookup } from '../domain/ports/job-streams.js';
-import { KEY_STREAM_PREFIX, keyStream } from '../domain/streams.js';
+import { keyStream } from '../domain/streams.js';
 import { Key, NonEmptyString, ValidationError, checkField } from '../domain/values.js';
 import { decodeRecorded } from '../domain/recorded.js';
 
@@ -17,10 +17,12 @@ export interface AuditEvent {
 }
 
 export interface Audit {
-  /** One row per slot tenure, oldest admission first. */
+  /** One row per slot tenure, oldest admission first: on a limit key, its guests' too (Handoff.home). */
   readonly handoffs: Handoff[];
   /** The events they were folded from, in stream order. */
   readonly events: AuditEvent[];
+  /** Each of `events` in words, at the same index (a guest named with its home: "job j1 of key a"). */
+  readonly eventsInWords: string[];
 }
 
 export interface AuditDeps {
@@ -51,9 +53,11 @@ export const audit = async (deps: AuditDeps, target: AuditTarget): Promise<Audit
   const stream = await deps.jobStream(jobId);
   if (stream === null) throw new UnknownJobError(jobId);
   const all = auditOf(await readAll(deps.store, stream));
+  const mine = all.events.map((e) => (e.data as { jobId?: unknown }).jobId === jobId);
   return {
     handoffs: all.handoffs.filter((h) => h.jobId === jobId),
-    events: all.events.filter((e) => (e.data as { jobId?: unknown }).jobId === jobId),
+    events: all.events.filter((_, i) => mine[i]),
+    eventsInWords: all.eventsInWords.filter((_, i) => mine[i]),
   };
 };
 
@@ -67,12 +71,12 @@ const readAll = async (store: EventStore, stream: string): Promise<RecordedEvent
 };
 
 const auditOf = (recorded: readonly RecordedEvent[]): Audit => {
-  const stream = recorded[0]?.stream ?? '';
   // A job without a key has a stream of its own: its name stands in for the key.
-  const key = stream.startsWith(KEY_STREAM_PREFIX) ? stream.slice(KEY_STREAM_PREFIX.length) : stream;
+  const key = auditKeyOf(recorded[0]?.stream ?? '');
   const decoded: RevisionedEvent[] = recorded.map((r) => ({ revision: r.revision, event: decodeRecorded(r) }));
   return {
     handoffs: handoffsOf(key, decoded),
     events: recorded.map((r) => ({ stream: r.stream, revision: r.revision, type: r.type, data: r.data })),
+    eventsInWords: describeEvents(decoded.map((d) => d.event)),
   };
 };

@@ -2,11 +2,11 @@ import { randomUUID } from 'node:crypto';
 import * as E from 'fp-ts/lib/Either.js';
 import * as t from 'io-ts';
 import { v5 as uuidv5 } from 'uuid';
-import type { Command, JobSpec } from '../domain/commands.js';
+import { LimitRefs, type Command, type JobSpec, type LimitRef } from '../domain/commands.js';
 import { WhenFull, type KeyEvent } from '../domain/events.js';
 import { LimitConflictError, RefusedError } from '../domain/errors.js';
 import { DuplicateEventIdError } from '../domain/ports/event-store.js';
-import { streamFor } from '../domain/streams.js';
+import { queueCapKey, streamFor } from '../domain/streams.js';
 import { JsonArgs, Key, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, ValidationError, decodeWith, refine } from '../domain/values.js';
 import type { KeyCommand, KeyWriter } from './key-writer.js';
 
@@ -42,6 +42,17 @@ export interface EnqueueInput {
    * of the parked jobs of the same name enqueued with `replace` (a trailing debounce).
    */
   readonly whenFull?: WhenFull;
+  /**
+   * Further limit keys the job is under besides its key (a tenant's, an external API's): it runs
+   * only with a slot in its key and in every one of these at once. `limit` sets a limit key's
+   * limit at its first use (1 when absent) and is held to it later, as `limit` is for the key.
+   */
+  readonly limits?: readonly LimitInput[];
+}
+
+export interface LimitInput {
+  readonly key: string;
+  readonly limit?: number;
 }
 
 export type EnqueueStatus = 'acquired' | 'parked' | 'scheduled' | 'rejected' | 'duplicate';
@@ -89,7 +100,13 @@ const EnqueueInputCodec = t.type({
   queue: Optional(QueueName),
   jobId: Optional(NonEmptyString(200)),
   whenFull: Optional(WhenFull),
+  limits: Optional(LimitRefs),
 });
+
+/** What the ledger's configuration adds to every enqueue: the queues with a cap of their own. */
+export interface EnqueueConfig {
+  readonly cappedQueues?: ReadonlySet<string>;
+}
 
 interface Planned {
   /** The caller chose the job id: it may have been enqueued before, so the store is asked. */
@@ -103,7 +120,7 @@ interface Planned {
 }
 
 /** Checks one input and turns it into a job for its key's stream; the error names the field. */
-export const planEnqueue = (input: EnqueueInput, now: number, field = ''): Planned => {
+export const planEnqueue = (input: EnqueueInput, now: number, field = '', config: EnqueueConfig = {}): Planned => {
   const fail = (f: string, problem: string) => new ValidationError(field + f, problem);
   if (typeof input !== 'object' || input === null) throw fail('(input)', 'must be an object');
   const decoded = decodeWith(EnqueueInputCodec, input);
@@ -114,6 +131,10 @@ export const planEnqueue = (input: EnqueueInput, now: number, field = ''): Plann
   if (i.key == null && i.whenFull !== undefined) throw fail('whenFull', 'needs a key: a job without a key is admitted at once');
   const jobId = i.jobId ?? randomUUID();
   const key = i.key ?? null;
+  const own = (i.limits ?? []).findIndex((l) => l.key === key);
+  if (own >= 0) throw fail(`limits[${own}].key`, 'is the job\'s own key: name each further limit key once, not the key itself');
+  const queue = i.queue ?? DEFAULT_QUEUE;
+  const limits = withQueueCap(i.limits ?? [], queue, key, config);
   return {
     givenId: i.jobId !== undefined,
     stream: streamFor(key, jobId),
@@ -125,14 +146,22 @@ export const planEnqueue = (input: EnqueueInput, now: number, field = ''): Plann
       jobId,
       name: i.name,
       args: i.args ?? null,
-      queue: i.queue ?? DEFAULT_QUEUE,
+      queue,
       priority: i.priority ?? 0,
       maxAttempts: i.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
       runAt: i.runAt ?? (i.delayMs !== undefined ? now + i.delayMs : null),
       ...(key !== null && i.leaseMs !== undefined ? { leaseMs: i.leaseMs } : {}),
       ...(i.whenFull !== undefined && i.whenFull !== 'park' ? { whenFull: i.whenFull } : {}),
+      ...(limits.length > 0 ? { limits } : {}),
     },
   };
+};
+
+/** A job of a queue with a cap is under the queue's limit key too (its limit is the configuration's). */
+const withQueueCap = (limits: readonly LimitRef[], queue: string, key: string | null, config: EnqueueConfig): LimitRef[] => {
+  const cap = queueCapKey(queue);
+  if (config.cappedQueues?.has(queue) !== true || cap === key || limits.some((l) => l.key === cap)) return [...limits];
+  return [...limits, { key: cap }];
 };
 
 const statusOf = (jobId: string, events: readonly KeyEvent[]): EnqueueStatus => {
@@ -155,11 +184,11 @@ const statusOf = (jobId: string, events: readonly KeyEvent[]): EnqueueStatus => 
 export const enqueueMany = async (
   handler: KeyWriter,
   inputs: readonly EnqueueInput[],
-  options: { readonly now: () => number; readonly recorded: (eventIds: readonly string[]) => Promise<ReadonlySet<string>>; readonly metadata?: Record<string, unknown> },
+  options: { readonly now: () => number; readonly recorded: (eventIds: readonly string[]) => Promise<ReadonlySet<string>>; readonly metadata?: Record<string, unknown>; readonly config?: EnqueueConfig },
 ): Promise<Enqueued[]> => {
   if (!Array.isArray(inputs)) throw new ValidationError('jobs', 'must be an array');
   const now = options.now();
-  const planned = inputs.map((input, i) => planEnqueue(input, now, inputs.length > 1 ? `jobs[${i}].` : ''));
+  const planned = inputs.map((input, i) => planEnqueue(input, now, inputs.length > 1 ? `jobs[${i}].` : '', options.config));
   const ids = new Set<string>();
   planned.forEach(({ job }, i) => {
     if (ids.has(job.jobId)) throw new ValidationError(`jobs[${i}].jobId`, `${job.jobId} appears twice in the batch`);
@@ -197,7 +226,7 @@ const recordFresh = async (
       return eventsByStream;
     } catch (error) {
       if (error instanceof RefusedError && error.error.tag === 'LimitMismatch') {
-        const key = planned.find((p) => p.stream === error.stream)?.key ?? String(error.stream);
+        const key = error.error.key ?? planned.find((p) => p.stream === error.stream)?.key ?? String(error.stream);
         throw new LimitConflictError(key, error.error.recorded, error.error.requested, error.stream);
       }
       if (!(error instanceof DuplicateEventIdError) || attempt >= 3) throw error;

@@ -2,10 +2,10 @@ import { randomUUID } from 'node:crypto';
 import * as E from 'fp-ts/lib/Either.js';
 import { reconnectDelayMs } from '../domain/backoff.js';
 import { decodeCommand, type Command } from '../domain/commands.js';
-import { decideInto } from '../domain/decide/index.js';
+import { decideAcross } from '../domain/decide/index.js';
 import { RefusedError, describeDomainError, type DomainError } from '../domain/errors.js';
 import type { EventData, KeyEvent } from '../domain/events.js';
-import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, Scratch, apply, draftOf, initialKeyState, type Draft, type KeyState } from '../domain/key-state.js';
+import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, Scratch, apply, draftOf, holders, initialKeyState, isUnderLimits, jobsIn, lineAfter, type Draft, type JobState, type KeyState, type LinePlace } from '../domain/key-state.js';
 import { DuplicateEventIdError, type EventStore, type JsonObject, type RecordedEvent, type Snapshot, type SnapshotStore, type StreamRevision } from '../domain/ports/event-store.js';
 import {
   CommitOutcomeUnknownError,
@@ -23,7 +23,7 @@ import {
 import { silentLogger, type Logger } from '../domain/ports/logger.js';
 import { noOutages, type Outages } from '../domain/ports/outages.js';
 import { EventDecodeError, decodeRecorded } from '../domain/recorded.js';
-import { KEY_STREAM_PREFIX, streamFor } from '../domain/streams.js';
+import { KEY_STREAM_PREFIX, keyStream, streamFor } from '../domain/streams.js';
 import { ValidationError } from '../domain/values.js';
 
 // The key writer: the ONE owner of key states in a process, and the one door for every write
@@ -36,11 +36,18 @@ import { ValidationError } from '../domain/values.js';
 //                            catch up fold those events into our state (a snapshot first when
 //                                    ours is older); a stream a younger transaction wrote
 //                                    last waits for the next flush (deferred)
-//                            decide  each command in order, in place (decideInto: a Scratch
-//                                    journals every change)
+//                            decide  each command in order, in place (decideAcross: a Scratch
+//                                    journals every change), on every stream it touches: a job
+//                                    under further limits is decided on its limit keys too
+//                                    (streamsOf: guessed from the states before the lock; a
+//                                    decision that needs one more stream runs the flush again
+//                                    with it, all locked in one round, so never a deadlock)
 //                            commit  one set-based append per stream, each expecting the
 //                                    revision it was locked at, plus the inline projections
 //                          ──► remember: the decided state is the state at the new revision
+//                          ──► a line that reached jobs whose streams the flush did not have is
+//                              served by a FillSlots of its own (the sweeper's fillStranded
+//                              does it again after a crash)
 //                          ──► a stream with an event that does not decode is quarantined
 //                              (jl_quarantined, in the same commit): its commands fail, its
 //                              messages wait hidden, the rest of the flush goes on
@@ -171,6 +178,17 @@ interface Submission {
   attempts: number;
 }
 
+/** A decision needs streams the flush did not lock: the flush runs again, with them or without the submission. */
+class StreamsMissing extends Error {
+  constructor(
+    readonly submission: Submission,
+    readonly item: KeyCommand,
+    readonly streams: readonly string[],
+  ) {
+    super(`the decision needs streams ${streams.join(', ')} the flush did not lock`);
+  }
+}
+
 /** An atomic submission had a command refused: the flush runs again without it. */
 class SubmissionRefused extends Error {
   constructor(
@@ -206,6 +224,14 @@ interface Entry {
 }
 
 const next = (revision: StreamRevision | 'no_stream'): StreamRevision => (revision === 'no_stream' ? 0 : revision + 1);
+
+/** Commands that may free a slot or raise a limit: their decision serves the line. */
+const FREES = new Set<Command['type']>(['Complete', 'Fail', 'Yield', 'Cancel', 'ExpireLeases', 'RevokeLease', 'SetLimit', 'ResumeKey', 'FillSlots']);
+/**
+ * How far into a line the streams of its jobs are locked with a release: the jobs (and streams) a
+ * decision can reach at once. Past it the line is served by a FillSlots from where it stopped.
+ */
+const LINE_WINDOW = 64;
 
 /** The writer's own streams and their states: read only between flushes, or inside one. */
 class KeyStates {
@@ -263,11 +289,55 @@ class KeyStates {
     }
   }
 
-  /** Whether a flush may write on the cached state without locking first (see Entry.shared). */
-  current(item: KeyCommand): Entry | undefined {
-    const entry = this.entries.get(item.stream);
-    if (entry !== undefined) return entry.shared ? undefined : this.entry(item.stream);
-    return item.newStream === true ? this.entry(item.stream) : undefined;
+  /** Whether a flush may write on the cached state of `stream` without locking first (see Entry.shared). */
+  current(stream: string, newStream = false): Entry | undefined {
+    const entry = this.entries.get(stream);
+    if (entry !== undefined) return entry.shared ? undefined : this.entry(stream);
+    return newStream ? this.entry(stream) : undefined;
+  }
+
+  /**
+   * The other streams a command is likely to decide on, from the state at hand (a guess: the
+   * decision asks for any it misses): the limit keys of the jobs it enqueues or acts on, and, for
+   * a command that frees slots or raises the limit, the streams of the jobs under further limits
+   * at the head of the line (after `after`, for a FillSlots).
+   */
+  related(item: KeyCommand): string[] {
+    const c = item.command;
+    const out = new Set<string>();
+    if (c.type === 'Enqueue' || c.type === 'EnqueueMany') {
+      for (const job of c.type === 'Enqueue' ? [c.job] : c.jobs) for (const l of job.limits ?? []) out.add(keyStream(l.key));
+    }
+    const state = this.entries.get(item.stream)?.state;
+    if (state === undefined) return [...out];
+    const add = (job: JobState | undefined) => {
+      if (job === undefined || !isUnderLimits(job)) return;
+      out.add(job.home ?? item.stream);
+      for (const l of job.limits) out.add(keyStream(l));
+    };
+    switch (c.type) {
+      case 'ExpireLeases':
+      case 'RevokeLease':
+        for (const job of holders(state)) if (c.type === 'ExpireLeases' || c.jobId === undefined || c.jobId === job.jobId) add(job);
+        break;
+      case 'AdmitDue':
+        for (const job of jobsIn(state, 'scheduled')) add(job);
+        break;
+      case 'DiscardParked':
+        for (const jobId of c.jobIds ?? lineAfter(state, Infinity)) add(state.jobs[jobId]);
+        break;
+      default:
+        if ('jobId' in c && c.jobId !== undefined) add(state.jobs[c.jobId]);
+    }
+    if (FREES.has(c.type)) {
+      const after = c.type === 'FillSlots' ? c.after : undefined;
+      for (const jobId of lineAfter(state, LINE_WINDOW, after)) {
+        add(state.jobs[jobId]);
+        if (out.size >= LINE_WINDOW) break;
+      }
+    }
+    out.delete(item.stream);
+    return [...out];
   }
 
   /** A write that assumed the stream unchanged found it moved on. */
@@ -306,6 +376,12 @@ export class KeyWriter {
   /** Streams a flush in flight decides on: no other flush may touch their states meanwhile. */
   private readonly busy = new Set<string>();
   private scheduled = false;
+  /** Every stream each submitted command decides on, as take() planned it (see streamsOf). */
+  private readonly planned = new WeakMap<KeyCommand, readonly string[]>();
+  /** Streams a decision of the command needed and its plan missed: planned with it from then on. */
+  private readonly learned = new WeakMap<KeyCommand, Set<string>>();
+  /** FillSlots submitted and not yet written, by stream and place: the same one is not asked twice. */
+  private readonly filling = new Set<string>();
 
   constructor(
     private readonly store: LedgerStore,
@@ -373,7 +449,7 @@ export class KeyWriter {
       while (this.inFlight.size < this.options.maxConcurrentFlushes) {
         const next = this.take();
         if (next === undefined) return;
-        const streams = new Set(next.batch.flatMap((s) => s.items.map((i) => i.stream)));
+        const streams = new Set(next.batch.flatMap((s) => s.items.flatMap((i) => this.streamsOf(i))));
         for (const stream of streams) this.busy.add(stream);
         const flight: Promise<void> = this.flush(next.batch, next.reads, streams).finally(() => {
           for (const stream of streams) this.busy.delete(stream);
@@ -398,9 +474,10 @@ export class KeyWriter {
     let commands = 0;
     for (const s of this.submissions) {
       const full = batch.length > 0 && commands + s.items.length > this.options.maxFlushCommands;
-      if (full || s.items.some((i) => blocked.has(i.stream))) {
+      const streams = s.items.flatMap((i) => this.plan(i));
+      if (full || streams.some((stream) => blocked.has(stream))) {
         waiting.push(s);
-        for (const i of s.items) blocked.add(i.stream);
+        for (const stream of streams) blocked.add(stream);
         continue;
       }
       batch.push(s);
@@ -408,6 +485,17 @@ export class KeyWriter {
     }
     this.submissions = waiting;
     return batch.length === 0 && reads.length === 0 ? undefined : { batch, reads };
+  }
+
+  /** Plans every stream the command decides on: its own, those the states suggest, those it was found to need. */
+  private plan(item: KeyCommand): readonly string[] {
+    const streams = [...new Set([item.stream, ...this.states.related(item), ...(this.learned.get(item) ?? [])])];
+    this.planned.set(item, streams);
+    return streams;
+  }
+
+  private streamsOf(item: KeyCommand): readonly string[] {
+    return this.planned.get(item) ?? [item.stream];
   }
 
   /** One flush, retried while transient; a failure of anything else is pinned on the submission that caused it. */
@@ -448,6 +536,30 @@ export class KeyWriter {
           batch = batch.filter((s) => !exhausted.includes(s));
           this.log.debug({ err: error }, 'flush failed for a transient reason; running it again');
           await sleep(Math.min(50, 2 ** Math.min(batch[0]?.attempts ?? 1, 6)) * this.random());
+          if (batch.length === 0 && reads.length === 0) return;
+          continue;
+        }
+        if (error instanceof StreamsMissing) {
+          // Decided again with them, locked in the same round as the rest: in this flush when no
+          // other flush in flight has them, else in a later one (in front, so in order).
+          const { submission } = error;
+          const learned = this.learned.get(error.item) ?? new Set<string>();
+          for (const stream of error.streams) learned.add(stream);
+          this.learned.set(error.item, learned);
+          optimistic = false;
+          if (++submission.attempts >= this.options.maxAttempts) {
+            submission.reject(new ConflictRetriesExhaustedError(streamsOf(submission), submission.attempts));
+            batch = batch.filter((s) => s !== submission);
+          } else if (error.streams.some((stream) => this.busy.has(stream) && !streams.has(stream))) {
+            batch = batch.filter((s) => s !== submission);
+            this.submissions.unshift(submission);
+          } else {
+            for (const item of submission.items) this.plan(item);
+            for (const stream of error.streams) {
+              streams.add(stream);
+              this.busy.add(stream);
+            }
+          }
           if (batch.length === 0 && reads.length === 0) return;
           continue;
         }
@@ -543,13 +655,13 @@ export class KeyWriter {
         for (const r of reads) r.resolve({ read: counts.get(r) ?? 0, started: [] });
         return [];
       }
-      const streams = [...new Set(items.map((i) => i.stream))];
+      const streams = [...new Set(items.flatMap((i) => this.streamsOf(i)))];
       const broken = new Map<string, unknown>();
       const entries = new Map<string, Entry>();
       // When this writer wrote every stream last (or just made it up), it decides on the states it
       // has and locks in the same round trip as it writes: the expected revision in the append
       // refuses the write if that was wrong (StaleStateError), and the flush runs again, locking first.
-      optimistic &&= reads.length === 0 && items.every((i) => this.states.current(i) !== undefined);
+      optimistic &&= reads.length === 0 && items.every((i) => this.streamsOf(i).every((stream) => this.states.current(stream, stream === i.stream && i.newStream === true) !== undefined));
       let locked: ReadonlyMap<string, LockedStream>;
       if (optimistic) {
         locked = new Map(streams.map((stream) => [stream, { stream, revision: this.states.revision(stream), snapshot: undefined, events: [], deferred: false }]));
@@ -566,8 +678,8 @@ export class KeyWriter {
           }
         }
       }
-      const waits = (s: readonly KeyCommand[]) => s.some((i) => locked.get(i.stream)!.deferred);
-      const fails = (s: readonly KeyCommand[]) => s.find((i) => broken.has(i.stream));
+      const waits = (s: readonly KeyCommand[]) => s.some((i) => this.streamsOf(i).some((stream) => locked.get(stream)!.deferred));
+      const fails = (s: readonly KeyCommand[]) => s.flatMap((i) => this.streamsOf(i)).find((stream) => broken.has(stream));
       const postponed = batch.filter((s) => waits(s.items));
       const failed = batch.filter((s) => !waits(s.items) && fails(s.items) !== undefined);
       const going = batch.filter((s) => !postponed.includes(s) && !failed.includes(s));
@@ -580,31 +692,51 @@ export class KeyWriter {
       const now = this.clock();
       const decided = new Map<KeyCommand, CommandResult>();
       const appended = new Map<string, { events: KeyEvent[]; stored: DecidedAppend['events'][number][] }>();
-      const decide = (item: KeyCommand) => {
-        const entry = entries.get(item.stream)!;
-        let scratch = scratches.get(item.stream);
-        if (scratch === undefined) scratches.set(item.stream, (scratch = new Scratch(entry.state)));
-        const result = decideInto(item.command, scratch, now);
+      const fills = new Map<string, LinePlace | undefined>();
+      const scratchOf = (stream: string): Scratch | undefined => {
+        const entry = entries.get(stream);
+        if (entry === undefined) return undefined;
+        let scratch = scratches.get(stream);
+        if (scratch === undefined) scratches.set(stream, (scratch = new Scratch(entry.state)));
+        return scratch;
+      };
+      const decide = (item: KeyCommand, submission?: Submission) => {
+        const outcome = decideAcross(item.command, item.stream, scratchOf, now);
+        if (outcome.tag === 'needs') {
+          const unreadable = outcome.streams.find((stream) => broken.has(stream));
+          if (unreadable !== undefined) throw broken.get(unreadable);
+          if (submission === undefined) throw new Error(`a Start on ${item.stream} needs streams ${outcome.streams.join(', ')}`);
+          throw new StreamsMissing(submission, item, outcome.streams);
+        }
+        const { result } = outcome;
         if (E.isLeft(result)) {
           this.log.info({ ...logFields(item.stream, item.command), refusal: result.left.tag }, describeDomainError(result.left));
           decided.set(item, result);
           return;
         }
-        const a = appended.get(item.stream) ?? { events: [], stored: [] };
+        for (const [stream, after] of outcome.fillLater) {
+          // A FillSlots that stops where it began (a stream of the line is unreadable) is not repeated.
+          const same = item.command.type === 'FillSlots' && item.stream === stream && samePlace(item.command.after, after);
+          if (!same && !fills.has(stream)) fills.set(stream, after);
+        }
         const ids: string[] = [];
-        for (const event of result.right) {
-          // Every event's id is ours, so a commit whose answer was lost can be looked up (#19).
-          const eventId = this.options.eventId?.(item.stream, event) ?? randomUUID();
-          ids.push(eventId);
-          a.events.push(event);
-          a.stored.push({ type: event.type, data: event.data, ...(item.metadata ? { metadata: item.metadata } : {}), eventId });
+        for (const [stream, events] of result.right) {
+          if (events.length === 0) continue;
+          const a = appended.get(stream) ?? { events: [], stored: [] };
+          for (const event of events) {
+            // Every event's id is ours, so a commit whose answer was lost can be looked up (#19).
+            const eventId = this.options.eventId?.(stream, event) ?? randomUUID();
+            ids.push(eventId);
+            a.events.push(event);
+            a.stored.push({ type: event.type, data: event.data, ...(item.metadata ? { metadata: item.metadata } : {}), eventId });
+          }
+          appended.set(stream, a);
         }
         this.lastIds.set(item, ids);
-        appended.set(item.stream, a);
-        decided.set(item, E.right({ events: result.right, revision: entries.get(item.stream)!.revision }));
+        decided.set(item, E.right({ events: result.right.get(item.stream) ?? [], revision: entries.get(item.stream)!.revision }));
       };
-      for (const s of going) s.items.forEach(decide);
-      readGoing.forEach(decide);
+      for (const s of going) for (const item of s.items) decide(item, s);
+      for (const item of readGoing) decide(item);
 
       // A refusal, or a decision to do nothing, writes nothing for the expected revision to check:
       // made on a state that may be stale (optimistic), it is not an answer until the stream is read.
@@ -660,7 +792,8 @@ export class KeyWriter {
           return handedOff.length > 0 ? { ...d, revision, handedOff } : { ...d, revision };
         })(decided.get(item)!);
       for (const s of going) s.resolve(s.items.map(result));
-      for (const s of failed) s.reject(broken.get(fails(s.items)!.stream));
+      for (const [stream, after] of fills) this.fillLater(stream, after);
+      for (const s of failed) s.reject(broken.get(fails(s.items)!));
       for (const r of reads) {
         const mine = readItems.filter((i) => i.read === r);
         const started = mine.flatMap((i): StartedJob[] => {
@@ -674,9 +807,24 @@ export class KeyWriter {
     } catch (error) {
       for (const scratch of scratches.values()) scratch.rollbackTo();
       await tx.rollback();
-      if (error instanceof StaleStateError) for (const item of batch.flatMap((s) => s.items)) this.states.moved(item.stream);
+      if (error instanceof StaleStateError) for (const item of batch.flatMap((s) => s.items)) for (const stream of this.streamsOf(item)) this.states.moved(stream);
       throw error;
     }
+  }
+
+  /**
+   * The second step of a release whose key's line reached jobs under further limits that the
+   * flush did not have the streams of: their turn is decided with those streams, in a flush of
+   * its own. If this process dies first, the sweeper's fillStranded does it.
+   */
+  private fillLater(stream: string, after: LinePlace | undefined): void {
+    const pending = after === undefined ? stream : `${stream} ${after.priority} ${after.seq}`;
+    if (this.filling.has(pending)) return;
+    this.filling.add(pending);
+    const command: Command = { type: 'FillSlots', ...(after === undefined ? {} : { after: { priority: after.priority, seq: after.seq } }) };
+    this.executeMany([{ stream, command }])
+      .catch((error: unknown) => this.log.warn({ err: error, stream }, 'serving a line that waits on further limits failed: the sweeper serves it'))
+      .finally(() => this.filling.delete(pending));
   }
 
   /** A stream the flush could not bring up to date: its commands fail, its messages wait, the rest of the flush goes on. */
@@ -751,6 +899,9 @@ const dispatchMessage = (m: ReceivedMessage): DispatchMessage | undefined => {
 };
 
 const streamsOf = (s: Submission): string[] => [...new Set(s.items.map((i) => i.stream))];
+
+const samePlace = (a: LinePlace | undefined, b: LinePlace | undefined): boolean =>
+  a === undefined || b === undefined ? a === b : a.priority === b.priority && a.seq === b.seq;
 
 /** The fields every log line about a command carries: key (or stream), jobId, leaseId. */
 const logFields = (stream: string, command: Command) => ({

@@ -16,7 +16,7 @@ export const MAX_LIMITS_PER_JOB = 16;
 /** A further limit key a job is under; `limit` sets the key's limit at its first use (1 when absent), as a key's own does. */
 export const LimitRef = t.intersection([t.type({ key: Key }), t.partial({ limit: Limit })]);
 export type LimitRef = t.TypeOf<typeof LimitRef>;
-const LimitRefs = refine(
+export const LimitRefs = refine(
   t.array(LimitRef),
   'Limits',
   (ls) => ls.length <= MAX_LIMITS_PER_JOB && new Set(ls.map((l) => l.key)).size === ls.length,

@@ -148,11 +148,16 @@ const reindex = (d: Draft, jobId: string, job: JobState | undefined, next: JobSt
 export const parkedInOrder = (state: KeyState): JobEntry[] => nextParked(state, Infinity);
 
 /** The first `n` parked jobs in promotion order (after `after`, when given). */
-export const nextParked = (state: KeyState, n: number, after?: LinePlace): JobEntry[] => {
+export const nextParked = (state: KeyState, n: number, after?: LinePlace): JobEntry[] =>
+  lineAfter(state, n, after).map((jobId) => ({ ...state.jobs[jobId]!, jobId }));
+
+/** The ids of the first `n` parked jobs in promotion order after `after` (from the head when absent). */
+export const lineAfter = (state: KeyState, n: number, after?: LinePlace): string[] => {
   if (n <= 0) return [];
   const index = parkedIndex(state);
+  // seq + 0.5: the first place after `after` itself (seqs are whole numbers).
   const from = after === undefined ? 0 : positionIn(index, state.jobs, { priority: after.priority, seq: after.seq + 0.5 });
-  return index.slice(from, from + n).map((jobId) => ({ ...state.jobs[jobId]!, jobId }));
+  return index.slice(from, from + n);
 };
 
 /** A place in a key's line: the jobs after it are those later in promotion order. */

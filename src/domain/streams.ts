@@ -10,3 +10,6 @@ export const jobStream = (jobId: string): string => JOB_STREAM_PREFIX + jobId;
 
 export const streamFor = (key: string | null | undefined, jobId: string): string =>
   key == null ? jobStream(jobId) : keyStream(key);
+
+/** The limit key of a queue's cap (createLedger's `queues`): every job of the queue is under it. */
+export const queueCapKey = (queue: string): string => `queue:${queue}`;

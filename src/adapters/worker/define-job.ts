@@ -1,4 +1,4 @@
-import type { EnqueueInput } from '../../commands/enqueue.js';
+import type { EnqueueInput, LimitInput } from '../../commands/enqueue.js';
 import type { WhenFull } from '../../domain/events.js';
 import type { Logger } from '../../domain/ports/logger.js';
 
@@ -37,6 +37,8 @@ export interface JobDefinition<A = unknown> {
   readonly ownsLimit?: boolean;
   /** When its key is full at enqueue: park (the default), reject, or replace the parked ones of this name (a trailing debounce). */
   readonly whenFull?: WhenFull;
+  /** Further limit keys for these args (a tenant's, an API's): the job runs only with a slot in each of them and in its key at once. */
+  readonly limits?: (args: A) => readonly LimitInput[];
   /** Lease in ms: how long a worker may stay silent before the slot is reclaimed. */
   readonly lease?: number;
   readonly maxAttempts?: number;
@@ -72,6 +74,7 @@ export const inputFor = <A>(job: JobDefinition<A>, args: A, overrides: JobOverri
   ...(job.limit !== undefined ? { limit: job.limit } : {}),
   ...(job.ownsLimit === true ? { ownsLimit: true } : {}),
   ...(job.whenFull !== undefined ? { whenFull: job.whenFull } : {}),
+  ...(job.limits ? { limits: job.limits(args) } : {}),
   ...(job.lease !== undefined ? { leaseMs: job.lease } : {}),
   ...(job.priority !== undefined ? { priority: job.priority } : {}),
   ...(job.maxAttempts !== undefined ? { maxAttempts: job.maxAttempts } : {}),

@@ -187,7 +187,8 @@ export class Decision {
   fillSlots(after?: LinePlace): void {
     let place = after;
     while (this.hasFreeSlot()) {
-      const line = nextParked(this.state, this.draft.limit - this.draft.holding + LOOK_AHEAD, place);
+      // As many as there are free slots: a job passed over makes the next round read on from it.
+      const line = nextParked(this.state, this.draft.limit - this.draft.holding, place);
       if (line.length === 0) return;
       for (const next of line) {
         if (!this.hasFreeSlot()) return;
@@ -275,9 +276,6 @@ export class Decision {
     return job.attempts >= job.maxAttempts ? null : this.now + retryDelayMs(job.attempts, jitter);
   }
 }
-
-/** Parked jobs read past the free slots in one go: those under further limits may be passed over. */
-const LOOK_AHEAD = 8;
 
 export type Outcome = E.Either<DomainError, readonly KeyEvent[]>;
 

@@ -28,6 +28,7 @@ const ENQUEUE_FIELDS: Record<keyof EnqueueInput, true> = {
   queue: true,
   jobId: true,
   whenFull: true,
+  limits: true,
 };
 const EnqueueBody = closedObject({}, { ...Object.fromEntries(Object.keys(ENQUEUE_FIELDS).map((f) => [f, t.unknown])), by: Actor });
 
