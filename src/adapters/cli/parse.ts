@@ -46,3 +46,34 @@ export const checked =
     if (E.isLeft(decoded)) throw new UsageError(`${flag}: ${decoded.left.problem}`);
     return decoded.right;
   };
+
+/** A repeatable flag: each value parsed on its own, in the order typed. */
+export const each =
+  <A>(parse: (value: string) => A) =>
+  (value: string, previous: readonly A[] = []): A[] => [...previous, parse(value)];
+
+/** "tenant:42=5" -> { key, limit }, "api:stripe" -> { key } (a key may hold "=": only a final "=<digits>" is a limit). */
+export const limitKey = (flag: string) => (value: string): { key: string; limit?: number } => {
+  const m = /^(.*)=(\d+)$/.exec(value);
+  if (m === null) {
+    if (value === '') throw new UsageError(`${flag}: give a limit key, optionally with its limit (examples: tenant:42, api:stripe=10)`);
+    return { key: value };
+  }
+  return { key: m[1]!, limit: integer(flag)(m[2]!) };
+};
+
+/** "builds=3" -> ["builds", 3]: a queue and its cap. */
+export const queueCap = (flag: string) => (value: string): readonly [string, number] => {
+  const m = /^([^=]+)=(\d+)$/.exec(value.trim());
+  if (m === null) throw new UsageError(`${flag}: "${value}" is not <queue>=<max running> (example: builds=3)`);
+  return [m[1]!, integer(flag)(m[2]!)];
+};
+
+/**
+ * The queue caps of --queue-cap flags, or else of JOBLEDGER_QUEUES ("builds=3,emails=10"); the
+ * ledger checks each queue name and cap (and names the field when one is wrong).
+ */
+export const queueCaps = (flags: readonly (readonly [string, number])[] | undefined, env = process.env.JOBLEDGER_QUEUES): Record<string, { maxConcurrent: number }> | undefined => {
+  const pairs = flags !== undefined && flags.length > 0 ? flags : env === undefined || env.trim() === '' ? [] : env.split(',').map(queueCap('JOBLEDGER_QUEUES'));
+  return pairs.length === 0 ? undefined : Object.fromEntries(pairs.map(([queue, maxConcurrent]) => [queue, { maxConcurrent }]));
+};

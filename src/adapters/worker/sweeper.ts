@@ -23,8 +23,9 @@ const LEADER_LOCK = "hashtextextended('jobledger:sweeper', 0)";
 
 /**
  * Expires the leases past their expiry — every expired holder of a key in one ExpireLeases,
- * promoting as many parked jobs as slots freed — and admits scheduled jobs and retries that are
- * due. Candidates come from the read models; the decider decides (a candidate that renewed
+ * promoting as many parked jobs as slots freed — admits scheduled jobs and retries that are
+ * due, and serves the lines of keys left with a free slot and jobs under further limits waiting
+ * (the second step of a release, when the process that made it died before it). Candidates come from the read models; the decider decides (a candidate that renewed
  * meanwhile decides nothing). One sweeper is active at a time: leadership is a session advisory
  * lock on a dedicated connection, so a crashed leader's lock goes with its connection.
  */
@@ -99,14 +100,15 @@ export class Sweeper {
    * in one transaction, and one broken or busy key holds up no other (a quarantined one fails
    * alone). Then the key writer's quarantines are read again: those whose stream decodes now end.
    */
-  async sweep(): Promise<{ readonly expired: number; readonly admitted: number; readonly unquarantined: readonly string[] }> {
+  async sweep(): Promise<{ readonly expired: number; readonly admitted: number; readonly served: number; readonly unquarantined: readonly string[] }> {
     const limit = this.options.batch ?? 500;
     const now = (this.options.clock ?? Date.now)();
     const random = this.options.random ?? Math.random;
-    const [expired, due] = await Promise.all([this.streams(EXPIRED_LEASES_SQL, now, limit), this.streams(DUE_JOBS_SQL, now, limit)]);
+    const [expired, due, stranded] = await Promise.all([this.streams(EXPIRED_LEASES_SQL, [now, limit]), this.streams(DUE_JOBS_SQL, [now, limit]), this.streams(STRANDED_LINES_SQL, [limit])]);
     const commands: KeyCommand[] = [
       ...expired.map((stream) => ({ stream, command: { type: 'ExpireLeases', jitter: random() } as const, metadata: { by: 'sweeper' } })),
       ...due.map((stream) => ({ stream, command: { type: 'AdmitDue' } as const, metadata: { by: 'sweeper' } })),
+      ...stranded.map((stream) => ({ stream, command: { type: 'FillSlots' } as const, metadata: { by: 'sweeper' } })),
     ];
     const settled = await Promise.allSettled(commands.map((c) => this.writer.executeMany([c])));
     const results: CommandResult[] = [];
@@ -115,15 +117,15 @@ export class Sweeper {
       else if (!this.options.outages?.failed(r.reason)) this.log.error({ err: r.reason, stream: commands[i]!.stream }, 'sweep of a stream failed; trying again next time');
     });
     const count = (type: string) => results.reduce((n, r) => n + (E.isRight(r) ? r.right.events.filter((e) => e.type === type).length : 0), 0);
-    const summary = { expired: count('LeaseExpired'), admitted: count('SlotAcquired') + count('JobParked') };
-    if (summary.expired + summary.admitted > 0) this.log.info(summary, 'sweeper: leases expired, due jobs admitted');
+    const summary = { expired: count('LeaseExpired'), admitted: count('SlotAcquired') + count('JobParked'), served: count('LimitHeld') };
+    if (summary.expired + summary.admitted + summary.served > 0) this.log.info(summary, 'sweeper: leases expired, due jobs admitted, stranded lines served');
     const unquarantined = await recheckWriterQuarantines(this.pool);
     if (unquarantined.length > 0) this.log.info({ streams: unquarantined }, 'sweeper: quarantined streams decode again: quarantine over');
     return { ...summary, unquarantined };
   }
 
-  private async streams(sql: string, now: number, limit: number): Promise<string[]> {
-    const { rows } = await this.pool.query<{ stream: string }>(sql, [now, limit]);
+  private async streams(sql: string, params: readonly number[]): Promise<string[]> {
+    const { rows } = await this.pool.query<{ stream: string }>(sql, [...params]);
     return rows.map((r) => r.stream);
   }
 }
@@ -132,5 +134,21 @@ export class Sweeper {
 // on the ledger's clock (epoch ms), the clock the decider decides on; $2 the most streams.
 /** Streams with a started lease expired by $1 (jl_slots_expiry; an admission nobody started has no expiry). */
 export const EXPIRED_LEASES_SQL = `SELECT DISTINCT stream FROM jl_slots WHERE expires_at <= to_timestamp($1::float8 / 1000) LIMIT $2`;
+/**
+ * Keys with a free slot and, in their line, jobs under further limits (a guest, or a job of the
+ * key whose guests wait elsewhere): the FillSlots a process that died after a release could not
+ * write. Jobs under one limit never wait with a free slot (the release promotes them in its own
+ * append), so only jl_limit_jobs' waiters are looked at. $1 is the most streams.
+ */
+export const STRANDED_LINES_SQL = `
+WITH waiting AS (
+  SELECT stream FROM jl_limit_jobs WHERE status = 'parked'
+  UNION
+  SELECT home FROM jl_limit_jobs WHERE status = 'parked'
+)
+SELECT k.stream FROM waiting w JOIN jl_key_stats k ON k.stream = w.stream
+WHERE k.paused_at IS NULL AND k.in_use < k.concurrency_limit AND k.parked > 0
+LIMIT $1`;
+
 /** Streams with a scheduled job due by $1 (jl_jobs_due). */
 export const DUE_JOBS_SQL = `SELECT DISTINCT stream FROM jl_jobs WHERE run_at <= to_timestamp($1::float8 / 1000) LIMIT $2`;

@@ -1,11 +1,18 @@
 import type { Command } from 'commander';
 import ms from 'ms';
+import type { Audit } from '../../../commands/audit.js';
 import type { Handoff } from '../../../domain/audit.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { UsageError, asUsage } from '../errors.js';
 import { print, table, time } from '../output.js';
 
 const FLAG_OF = { key: '--key', jobId: '--job' };
+
+/** A guest is named with its home: on a limit key, "j1" alone would read as a job of this key. */
+const who = (h: Handoff): string => {
+  if (h.home === undefined) return h.jobId;
+  return h.home.startsWith('job:') ? `job ${h.jobId} (no key)` : `job ${h.jobId} of key ${h.home}`;
+};
 
 const how = (h: Handoff): string => (h.how === 'promoted' ? `promoted after ${ms(h.parkedMs ?? 0)} parked` : 'acquired');
 
@@ -16,24 +23,43 @@ const why = (h: Handoff): string => {
   return h.reason;
 };
 
+/** The other limits the job held a slot in under the same lease (a guest's list names this key too). */
+const alsoHeld = (h: Handoff): string => (h.limits ?? []).filter((k) => k !== h.key).join(', ');
+
 export const registerAudit = (program: Command, ctx: CommandContext): void => {
   program
     .command('audit')
-    .description("every slot handoff of a key (or of one job), read from the ledger: who held the slot, how they got it, when and why it was let go")
+    .description(
+      "every slot handoff of a key (or of one job), read from the ledger: who held the slot, how they got it, when and why it was let go; on a limit key, the jobs of other keys under its limit too",
+    )
     .option('--key <key>', 'the concurrency key')
     .option('--job <id>', 'one job')
+    .option('--events', 'and every event behind them, in words')
     .option('--json', 'machine-readable output, with the events')
-    .action(async (flags: { key?: string; job?: string; json?: boolean }) => {
+    .action(async (flags: { key?: string; job?: string; events?: boolean; json?: boolean }) => {
       if ((flags.key === undefined) === (flags.job === undefined)) throw new UsageError('--key: give --key K or --job ID (one of them)');
       const target = flags.key !== undefined ? { key: flags.key } : { jobId: flags.job! };
       const audit = await withLedger(ctx, (ledger) => ledger.audit(target).catch(asUsage(FLAG_OF)));
-      print({ json: flags.json === true }, audit, () =>
-        audit.handoffs.length === 0
-          ? 'no slot handoffs yet'
-          : table(
-              ['job', 'lease', 'how', 'acquired', 'worker', 'attempt', 'released', 'why'],
-              audit.handoffs.map((h) => [h.jobId, h.leaseId, how(h), time(h.acquiredAt), h.workerId, h.attempt, time(h.releasedAt), why(h)]),
-            ),
-      );
+      print({ json: flags.json === true }, audit, () => {
+        const { handoffs } = audit;
+        const underLimits = handoffs.some((h) => alsoHeld(h) !== '');
+        const homes = [...new Set(handoffs.flatMap((h) => (h.home === undefined ? [] : [h.home])))];
+        return [
+          handoffs.length === 0
+            ? 'no slot handoffs yet'
+            : table(
+                ['job', 'lease', 'how', 'acquired', 'worker', 'attempt', 'released', 'why', ...(underLimits ? ['also held'] : [])],
+                handoffs.map((h) => [who(h), h.leaseId, how(h), time(h.acquiredAt), h.workerId, h.attempt, time(h.releasedAt), why(h), ...(underLimits ? [alsoHeld(h)] : [])]),
+              ),
+          // A guest's start and the who or what of its release are recorded on its own key only.
+          homes.length === 0 ? '' : `jobs of other keys held these slots as a further limit: their workers, attempts and who or what let them go are in their own keys' audits (${homes.map((k) => `jobledger audit --key ${k}`).join(', ')})`,
+          flags.events === true ? eventLines(audit) : '',
+        ]
+          .filter(Boolean)
+          .join('\n');
+      });
     });
 };
+
+const eventLines = (audit: Audit): string =>
+  table(['revision', 'at', 'event'], audit.events.map((e, i) => [e.revision, time((e.data as { at?: number }).at), audit.eventsInWords[i]]));

@@ -4,7 +4,7 @@ import type { WhenFull } from '../../../domain/events.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { asUsage } from '../errors.js';
 import { print } from '../output.js';
-import { duration, integer, isoTime, json } from '../parse.js';
+import { duration, each, integer, isoTime, json, limitKey, queueCap, queueCaps } from '../parse.js';
 
 interface EnqueueFlags {
   args?: unknown;
@@ -18,6 +18,8 @@ interface EnqueueFlags {
   queue?: string;
   jobId?: string;
   whenFull?: WhenFull;
+  limitKey?: { key: string; limit?: number }[];
+  queueCap?: (readonly [string, number])[];
   json?: boolean;
 }
 
@@ -35,6 +37,8 @@ const FLAG_OF: Record<string, string> = {
   queue: '--queue',
   jobId: '--job-id',
   whenFull: '--when-full',
+  limits: '--limit-key',
+  queues: '--queue-cap',
 };
 
 export const registerEnqueue = (program: Command, ctx: CommandContext): void => {
@@ -53,6 +57,8 @@ export const registerEnqueue = (program: Command, ctx: CommandContext): void => 
     .option('--queue <queue>', 'dispatch queue (default "default")')
     .option('--job-id <id>', 'job id (default: a random UUID); enqueuing an id again records nothing')
     .addOption(new Option('--when-full <policy>', 'when the key is full or paused: park (default), reject (recorded, never runs) or replace (the parked jobs of this name)').choices(['park', 'reject', 'replace']))
+    .option('--limit-key <key[=n]>', 'a further limit key the job is under (repeatable): it runs only with a slot in its key and in each of these; =n sets the limit at the key\'s first use (default 1)', each(limitKey('--limit-key')))
+    .option('--queue-cap <queue=n>', 'a queue capped at n running jobs across every process (repeatable; default: JOBLEDGER_QUEUES, e.g. "builds=3,emails=10")', each(queueCap('--queue-cap')))
     .option('--json', 'machine-readable output')
     .action(async (name: string, flags: EnqueueFlags) => {
       const input: EnqueueInput = {
@@ -68,10 +74,14 @@ export const registerEnqueue = (program: Command, ctx: CommandContext): void => 
         ...(flags.queue !== undefined ? { queue: flags.queue } : {}),
         ...(flags.jobId !== undefined ? { jobId: flags.jobId } : {}),
         ...(flags.whenFull !== undefined ? { whenFull: flags.whenFull } : {}),
+        ...(flags.limitKey !== undefined ? { limits: flags.limitKey } : {}),
       };
-      const result = await withLedger(ctx, (ledger) =>
-        ledger.enqueue(input, { by: process.env.USER ?? 'cli', via: 'cli' }).catch(asUsage(FLAG_OF)),
-      );
+      const queues = queueCaps(flags.queueCap);
+      const result = await withLedger(
+        ctx,
+        (ledger) => ledger.enqueue(input, { by: process.env.USER ?? 'cli', via: 'cli' }),
+        queues === undefined ? {} : { queues },
+      ).catch(asUsage(FLAG_OF));
       print({ json: flags.json === true }, { jobId: result.jobId, status: result.status }, () => `${result.jobId} ${result.status}`);
     });
 };

@@ -4,13 +4,14 @@ import { createHttpServer } from '../../http/server.js';
 import { createLedger, createPool } from '../../ledger.js';
 import type { CommandContext } from '../context.js';
 import { openDatabase } from '../database.js';
-import { UsageError } from '../errors.js';
-import { integer } from '../parse.js';
+import { UsageError, asUsage } from '../errors.js';
+import { each, integer, queueCap, queueCaps } from '../parse.js';
 
 interface ServeFlags {
   port: number;
   host: string;
   asyncProjections?: boolean;
+  queueCap?: (readonly [string, number])[];
 }
 
 /** Resolves at the first SIGTERM/SIGINT; a second one exits at once. */
@@ -36,6 +37,7 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
     )
     .option('--port <port>', 'TCP port (0: any free port)', integer('--port'), 7070)
     .option('--host <address>', 'address to bind; anything but loopback needs JOBLEDGER_TOKEN set', '127.0.0.1')
+    .option('--queue-cap <queue=n>', 'a queue capped at n running jobs across every process (repeatable; default: JOBLEDGER_QUEUES, e.g. "builds=3,emails=10"); recorded as the limit of the key queue:<queue>', each(queueCap('--queue-cap')))
     .option('--async-projections', 'apply the read models and dispatch from a subscription here, not in each append (writers must open the ledger with inline projections off)')
     .action(async (flags: ServeFlags) => {
       if (flags.port < 0 || flags.port > 65_535) throw new UsageError(`--port: ${flags.port} is not a TCP port (0-65535)`);
@@ -49,7 +51,14 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
       const pool = createPool({ databaseUrl: db.url, poolSize: 6, logger: ctx.logger });
       try {
         // Without the flag, the database's own mode (ledger_settings): serve runs whichever runners it needs.
-        const ledger = await createLedger({ pool, logger: ctx.logger, waitForDatabaseMs: Number.POSITIVE_INFINITY, ...(flags.asyncProjections === true ? { inlineProjections: false } : {}) });
+        const queues = queueCaps(flags.queueCap);
+        const ledger = await createLedger({
+          pool,
+          logger: ctx.logger,
+          waitForDatabaseMs: Number.POSITIVE_INFINITY,
+          ...(flags.asyncProjections === true ? { inlineProjections: false } : {}),
+          ...(queues === undefined ? {} : { queues }),
+        }).catch(asUsage({ queues: '--queue-cap' }));
         try {
           ledger.start();
           const server = await createHttpServer({ ledger, db: pool, token, loopbackOnly: isLoopback(flags.host), logger: ctx.logger.child({ component: 'http' }) });

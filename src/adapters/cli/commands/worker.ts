@@ -5,7 +5,7 @@ import { asUsage } from '../errors.js';
 import { openDatabase } from '../database.js';
 import type { CommandContext } from '../context.js';
 import { createLedger } from '../../ledger.js';
-import { duration, integer } from '../parse.js';
+import { duration, each, integer, queueCap, queueCaps } from '../parse.js';
 
 interface WorkerFlags {
   handlers: string;
@@ -18,6 +18,7 @@ interface WorkerFlags {
   handoffSlice?: number;
   unknownJobs: UnknownJobs;
   unknownJobDelay?: number;
+  queueCap?: (readonly [string, number])[];
 }
 
 export const registerWorker = (program: Command, ctx: CommandContext): void => {
@@ -28,6 +29,7 @@ export const registerWorker = (program: Command, ctx: CommandContext): void => {
     .option('--queue <queue>', 'dispatch queue to read', 'default')
     .option('--concurrency <n>', 'handlers running at once', integer('--concurrency'), 10)
     .option('--grace <duration>', 'at shutdown, how long running handlers may finish before they are yielded', duration('--grace'), 10_000)
+    .option('--queue-cap <queue=n>', 'a queue capped at n running jobs across every process (repeatable; default: JOBLEDGER_QUEUES, e.g. "builds=3,emails=10"); recorded as the limit of the key queue:<queue>', each(queueCap('--queue-cap')))
     .option('--sweeper', 'also run the sweeper (lease expiry, due jobs); one instance leads at a time')
     .option('--visibility <duration>', 'how long a message read but not yet started stays invisible to other workers', duration('--visibility'))
     .option('--handoff-slice <duration>', "how long a handler slot keeps starting its key's next job directly before that goes through the queue (0: no direct handoff)", duration('--handoff-slice'))
@@ -41,7 +43,8 @@ export const registerWorker = (program: Command, ctx: CommandContext): void => {
     .action(async (flags: WorkerFlags) => {
       const handlers = await loadHandlers(flags.handlers);
       const db = await openDatabase((line) => ctx.logger.debug({ embedded: line }));
-      const ledger = await createLedger({ databaseUrl: db.url, logger: ctx.logger, waitForDatabaseMs: Number.POSITIVE_INFINITY });
+      const queues = queueCaps(flags.queueCap);
+      const ledger = await createLedger({ databaseUrl: db.url, logger: ctx.logger, waitForDatabaseMs: Number.POSITIVE_INFINITY, ...(queues === undefined ? {} : { queues }) }).catch(asUsage({ queues: '--queue-cap' }));
       const options = {
         handlers,
         heartbeat: flags.heartbeat,
