@@ -105,3 +105,82 @@ describe('queue caps from configuration', () => {
     await expect(createLedger({ pool: db.pool, migrate: false, logger: silentLogger, queues: { 'no spaces': { maxConcurrent: 1 } } })).rejects.toMatchObject({ field: 'queues.no spaces' });
   });
 });
+
+describe('concurrent writers on overlapping limit sets (FAILURE-MODES #1, #6)', () => {
+  it('three ledgers (three writers, three pools) with workers never put a key over its limit, never hold only some limits of a job, never deadlock, and leave no one waiting', async () => {
+    const LIMITS: Record<string, number> = { 'ov:t0': 2, 'ov:t1': 3, 'ov:api': 1 };
+    const HOMES = ['ov:h0', 'ov:h1', 'ov:h2', 'ov:h3'];
+    const ledgers = await Promise.all([0, 1, 2].map(() => createLedger({ databaseUrl: db.url, migrate: false, logger: silentLogger, poolSize: 4, sweepIntervalMs: 200 })));
+    // Each run's interval and the keys it was under, timed in the handler itself.
+    const runs: { keys: string[]; from: number; to: number }[] = [];
+    const handlers = {
+      ov: async (args: { keys: string[]; fail: boolean }, ctx: { attempt: number }) => {
+        const from = performance.now();
+        await new Promise((r) => setTimeout(r, 1 + Math.floor(Math.random() * 4)));
+        runs.push({ keys: args.keys, from, to: performance.now() });
+        if (args.fail && ctx.attempt === 1) throw new Error('first attempt fails');
+      },
+    };
+    const workers = ledgers.map((l) => l.worker({ handlers, concurrency: 4, pollIntervalMs: 50 }));
+    for (const l of ledgers) l.start();
+    for (const w of workers) w.start();
+    let n = 0;
+    const jobs = () =>
+      Array.from({ length: 20 }, () => {
+        const i = n++;
+        const home = HOMES[i % HOMES.length]!;
+        // Overlapping sets, in every order of arrival: each job under 1-3 of the shared limit keys.
+        const limits = Object.keys(LIMITS).filter((_, k) => ((i * 7 + k * 3) % 5) < 3 || k === i % 3);
+        return { name: 'ov', key: home, limit: 2, maxAttempts: 3, jobId: `ov-${i}`, limits: limits.map((key) => ({ key, limit: LIMITS[key]! })), args: { keys: [home, ...limits], fail: i % 9 === 0 } };
+      });
+    await Promise.all(ledgers.map(async (l) => {
+      for (let round = 0; round < 5; round++) await l.enqueueMany(jobs());
+    }));
+    const total = n;
+    const done = await until(
+      async () => (await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM jl_jobs WHERE key LIKE 'ov:%' AND status = 'completed'`)).rows[0]!.n,
+      (c) => c === total,
+      'every job completed',
+      60_000,
+    );
+    expect(done).toBe(total);
+    await Promise.all(workers.map((w) => w.stop()));
+    await Promise.all(ledgers.map((l) => l.close()));
+
+    // Never over a limit, in the handlers' own time: at each start, the runs open under each key.
+    for (const run of runs) {
+      for (const key of run.keys) {
+        const open = runs.filter((r) => r.keys.includes(key) && r.from <= run.from && r.to > run.from).length;
+        expect(open, `${key} at ${run.from}`).toBeLessThanOrEqual(LIMITS[key] ?? 2);
+      }
+    }
+    // In the ledger: each hold at home and on its limit keys in ONE transaction, under one lease, and so each release.
+    const { rows } = await db.pool.query<{ stream: string; type: string; data: { jobId: string; leaseId?: string }; tx: string }>(
+      `SELECT stream, type, data, transaction_id::text AS tx FROM events WHERE stream LIKE 'key:ov:%' ORDER BY global_position`,
+    );
+    const txOf = new Map<string, Set<string>>();
+    const note = (what: string, tx: string) => txOf.set(what, (txOf.get(what) ?? new Set()).add(tx));
+    for (const e of rows) {
+      if (e.type === 'SlotAcquired' || e.type === 'JobPromoted' || e.type === 'LimitHeld') note(`hold ${e.data.leaseId}`, e.tx);
+      if (e.type === 'SlotReleased' || e.type === 'LimitReleased') note(`release ${e.data.leaseId}`, e.tx);
+    }
+    const holds = rows.filter((e) => e.type === 'LimitHeld').length;
+    expect(holds).toBeGreaterThan(total);
+    for (const [what, txs] of txOf) expect(txs.size, what).toBe(1);
+    // And every key's ledger, folded event by event, never over its limit.
+    for (const stream of new Set(rows.map((e) => e.stream))) {
+      const events = await ledger.store.readStream(stream);
+      let holding = 0;
+      let limit = 0;
+      for (const e of events) {
+        if (e.type === 'KeyLimitSet') limit = (e.data as { limit: number }).limit;
+        if (e.type === 'SlotAcquired' || e.type === 'JobPromoted' || e.type === 'LimitHeld') holding++;
+        if (e.type === 'SlotReleased' || e.type === 'LimitReleased') holding--;
+        expect(holding, `${stream} at ${e.revision}`).toBeLessThanOrEqual(limit);
+      }
+      expect(holding, stream).toBe(0);
+    }
+    const left = await db.pool.query(`SELECT * FROM jl_limit_jobs WHERE key LIKE 'ov:%' UNION ALL SELECT stream, key, job_id, '', '', null, parked_at, priority, seq FROM jl_parked WHERE key LIKE 'ov:%'`);
+    expect(left.rows).toEqual([]);
+  }, 90_000);
+});

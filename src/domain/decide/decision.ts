@@ -72,7 +72,7 @@ export class Decision {
     const before = jobId === undefined ? undefined : this.draft.jobs[jobId];
     this.events.push(event);
     this.applyEvent(event);
-    if (before !== undefined && before.home === undefined && isUnderLimits(before)) this.mirror(event, before);
+    if (before !== undefined && before.home === undefined && isUnderLimits(before) && MIRRORED.has(event.type)) this.mirror(event, before);
   }
 
   /** The same step for the job on each of its limit keys (see the top of this file). */
@@ -96,8 +96,6 @@ export class Decision {
         case 'ParkedDiscarded':
         case 'ParkedReplaced':
           if (job.status === 'parked') other.emit('LimitLeft', { jobId, reason: event.type === 'ParkedReplaced' ? `replaced by ${event.data.by}` : `${event.type === 'JobCancelled' ? 'cancelled' : 'discarded'} by ${event.data.by}` });
-          break;
-        default:
           break;
       }
     }
@@ -276,6 +274,9 @@ export class Decision {
     return job.attempts >= job.maxAttempts ? null : this.now + retryDelayMs(job.attempts, jitter);
   }
 }
+
+/** A home job's events that change where it stands on its limit keys (the rest concern its home alone: a start, a renewal, a failure's record). */
+const MIRRORED = new Set<KeyEventType>(['SlotAcquired', 'JobPromoted', 'JobParked', 'SlotReleased', 'JobCancelled', 'ParkedDiscarded', 'ParkedReplaced']);
 
 export type Outcome = E.Either<DomainError, readonly KeyEvent[]>;
 
