@@ -240,8 +240,14 @@ export const apply = (d: Draft, event: KeyEvent): void => {
         lease: { leaseId, acquiredAt: at, expiresAt: null, workerId: null, msgId: null },
       }));
     }
-    case 'JobParked':
-      return setJob(d, event.data.jobId, (job) => ({ ...job, status: 'parked', runAt: null, parkedAt: event.data.at }));
+    case 'JobParked': {
+      // A job under further limits takes a new place at the back of its own line, as it does in each
+      // limit key's line in the same append (LimitWaiting): its place is then the same in all of
+      // them, which is what makes "first in every line it is in" one fair order (decision.ts turnOf).
+      const job = d.jobs[event.data.jobId];
+      const seq = job !== undefined && isUnderLimits(job) ? d.nextSeq++ : job?.seq;
+      return setJob(d, event.data.jobId, (j) => ({ ...j, status: 'parked', runAt: null, parkedAt: event.data.at, seq: seq! }));
+    }
     case 'JobScheduled':
       return setJob(d, event.data.jobId, (job) => ({ ...job, status: 'scheduled', runAt: event.data.runAt, parkedAt: null }));
     case 'JobStarted': {

@@ -2,7 +2,7 @@ import * as E from 'fp-ts/lib/Either.js';
 import { retryDelayMs } from '../backoff.js';
 import type { DomainError } from '../errors.js';
 import { mk, type EventData, type KeyEvent, type KeyEventType, type ReleaseReason } from '../events.js';
-import { apply, isUnderLimits, nextParked, type Draft, type JobEntry, type JobState, type KeyState, type LinePlace } from '../key-state.js';
+import { apply, isUnderLimits, lineAfter, nextParked, type Draft, type JobEntry, type JobState, type KeyState, type LinePlace } from '../key-state.js';
 import { keyStream } from '../streams.js';
 
 /**
@@ -12,8 +12,10 @@ import { keyStream } from '../streams.js';
 export interface Across {
   /** The decision on `stream`, or undefined when its state is not at hand (the writer did not lock it). */
   readonly on: (stream: string) => Decision | undefined;
-  /** A limit key's slot went free for a job of another stream: its line is served when the decision ends. */
-  readonly freed: (stream: string) => void;
+  /** A key's line is to be served (a slot of it went free, or a job ahead in it goes first) before any other line takes its slots. */
+  readonly serve: (stream: string) => void;
+  /** Serves the lines asked for so far, in the order they were asked for (a line asked again is served again). */
+  readonly serveQueued: () => void;
   /** A key's line reached a job whose other streams are not at hand: serve it from `after` in a decision that has them. */
   readonly fillLater: (stream: string, after: LinePlace | undefined) => void;
 }
@@ -90,7 +92,7 @@ export class Decision {
           break;
         case 'SlotReleased':
           other.emit('LimitReleased', { jobId, leaseId: event.data.leaseId, reason: event.data.reason });
-          this.across!.freed(other.stream);
+          this.across!.serve(other.stream);
           break;
         case 'JobCancelled':
         case 'ParkedDiscarded':
@@ -157,9 +159,15 @@ export class Decision {
     return `${jobId}:${this.state.admissions + 1}`;
   }
 
+  /**
+   * A line served later (its FillSlots) keeps this decision's free slots for itself: a job of
+   * another line taking one now would jump the jobs waiting in it.
+   */
+  private servedLater = false;
+
   /** A paused key has none: nothing new is admitted on it until it is resumed. */
   hasFreeSlot(): boolean {
-    return this.draft.paused === undefined && this.draft.holding < this.draft.limit;
+    return this.draft.paused === undefined && !this.servedLater && this.draft.holding < this.draft.limit;
   }
 
   /**
@@ -177,12 +185,13 @@ export class Decision {
 
   /**
    * Hands every free slot to parked jobs in promotion order. Runs after anything that frees a slot
-   * or raises the limit. A job under further limits is promoted (on its home stream, so on every
-   * limit at once) only when each of them has room too, and passed over otherwise: it is promoted
-   * when the last of them frees, from that key's line. When the line reaches such a job whose
-   * streams are not at hand, the rest of the line is served later, from there (Across.fillLater).
+   * or raises the limit. A job under further limits takes its slots here and on each of them at
+   * once (promoted on its home stream, mirrored), when its turnOf says so; a job of this line
+   * whose other limit is full is passed over, and promoted when the last of them frees, from
+   * that key's line. Lines freed on other keys by this decision are served first.
    */
   fillSlots(after?: LinePlace): void {
+    this.across?.serveQueued();
     let place = after;
     while (this.hasFreeSlot()) {
       // As many as there are free slots: a job passed over makes the next round read on from it.
@@ -190,19 +199,70 @@ export class Decision {
       if (line.length === 0) return;
       for (const next of line) {
         if (!this.hasFreeSlot()) return;
-        if (isUnderLimits(next)) {
-          const others = this.othersOf(next);
-          if (others === undefined) {
-            this.across?.fillLater(this.stream, place);
-            return;
-          }
-          if (others.every((d) => d.hasFreeSlot())) (next.home === undefined ? this : others.find((d) => d.stream === next.home)!).promote(next.jobId);
-        } else {
-          this.promote(next.jobId);
+        // A line served inside this walk (see 'after') may have promoted it meanwhile.
+        if (this.draft.jobs[next.jobId]?.status !== 'parked') continue;
+        const turn = isUnderLimits(next) ? this.turnOf(next) : 'now';
+        if (turn === 'later') {
+          // Its streams are not at hand: the rest of this line, and its free slots, wait for a FillSlots that has them.
+          this.across?.fillLater(this.stream, place);
+          this.servedLater = true;
+          return;
         }
+        if (turn === 'after') {
+          // A job ahead of it in another of its lines goes first; this line is served again after that one.
+          this.across?.serve(this.stream);
+          return;
+        }
+        if (turn === 'now') (next.home === undefined ? this : this.on(next.home)!).promote(next.jobId);
         place = next;
       }
     }
+  }
+
+  /**
+   * Whether a parked job under further limits (this line has room) takes its slots now. A job's
+   * place is the same in each of its lines (it enters them all in one append: see key-state's
+   * JobParked), so "the first job that can take a slot, in every line it is in" is one fair
+   * order for all of them:
+   * - blocked: one of its other lines is full (or paused): passed over;
+   * - after: a job ahead of it in one of its other lines could take a slot there: that line is
+   *   served first (then this one again);
+   * - later: a stream it, or a job ahead of it, is under is not at hand;
+   * - now: every line has room and no one ahead of it in any of them could take it.
+   */
+  private turnOf(job: JobEntry & { limits: string[] }): 'now' | 'blocked' | 'after' | 'later' {
+    const others = this.othersOf(job);
+    if (others === undefined) return 'later';
+    if (!others.every((d) => d.hasFreeSlot())) return 'blocked';
+    for (const other of others) {
+      const ahead = other.takerAhead(job.jobId);
+      if (ahead === 'later') {
+        other.across?.fillLater(other.stream, undefined);
+        other.servedLater = true;
+        return 'later';
+      }
+      if (ahead) {
+        this.across?.serve(other.stream);
+        return 'after';
+      }
+    }
+    return 'now';
+  }
+
+  /**
+   * Whether a job ahead of `jobId` in this line (which has room) could take a slot now; 'later'
+   * when that depends on a stream not at hand. Looks LINE_LOOK_AHEAD places ahead at most.
+   */
+  private takerAhead(jobId: string): boolean | 'later' {
+    for (const id of lineAfter(this.state, LINE_LOOK_AHEAD)) {
+      if (id === jobId) return false;
+      const job = this.draft.jobs[id]!;
+      if (!isUnderLimits(job)) return true;
+      const others = this.othersOf(job);
+      if (others === undefined) return 'later';
+      if (others.every((d) => d.hasFreeSlot())) return true;
+    }
+    return false;
   }
 
   /** A parked job of this stream takes a slot (and, under further limits, one on each: mirrored). */
@@ -274,6 +334,9 @@ export class Decision {
     return job.attempts >= job.maxAttempts ? null : this.now + retryDelayMs(job.attempts, jitter);
   }
 }
+
+/** How far ahead of a job in one of its lines turnOf looks for a job that goes first. */
+const LINE_LOOK_AHEAD = 64;
 
 /** A home job's events that change where it stands on its limit keys (the rest concern its home alone: a start, a renewal, a failure's record). */
 const MIRRORED = new Set<KeyEventType>(['SlotAcquired', 'JobPromoted', 'JobParked', 'SlotReleased', 'JobCancelled', 'ParkedDiscarded', 'ParkedReplaced']);

@@ -21,8 +21,10 @@ export const enqueue = (c: CommandOf<'Enqueue'> | CommandOf<'EnqueueMany'>, d: D
   }
   // Jobs this decision rejected or replaced: finished, yet seen (an id twice in a batch is enqueued once).
   const finished = new Set<string>();
-  for (const job of c.type === 'Enqueue' ? [c.job] : c.jobs) {
-    if (d.job(job.jobId) !== undefined || finished.has(job.jobId)) continue;
+  for (const named of c.type === 'Enqueue' ? [c.job] : c.jobs) {
+    if (d.job(named.jobId) !== undefined || finished.has(named.jobId)) continue;
+    // Its own key among its limits adds nothing (and would make it a guest of its own key).
+    const job = named.limits?.some((l) => keyStream(l.key) === d.stream) === true ? { ...named, limits: named.limits.filter((l) => keyStream(l.key) !== d.stream) } : named;
     const refusal = job.limits === undefined ? undefined : limitPolicies(job, c.ownsLimit === true, d);
     if (refusal !== undefined) return refuse(refusal);
     const leaseMs = job.leaseMs ?? (solo && d.state.limit === 0 ? (c.leaseMs ?? DEFAULT_LEASE_MS) : d.state.leaseMs);

@@ -36,6 +36,9 @@ export const decideInto = (command: Command, scratch: Scratch, now: number): Eit
   return result;
 };
 
+/** Lines one decision serves at most before the rest is left to FillSlots. */
+const MAX_LINES_SERVED = 10_000;
+
 /** What a decision over several streams decided. */
 export type AcrossOutcome =
   | {
@@ -56,7 +59,9 @@ export type AcrossOutcome =
  */
 export const decideAcross = (command: Command, stream: string, scratchOf: (stream: string) => Scratch | undefined, now: number): AcrossOutcome => {
   const touched = new Map<string, { readonly decision: Decision; readonly scratch: Scratch; readonly mark: ScratchMark }>();
-  const freed: string[] = [];
+  const queued: string[] = [];
+  let serving = false;
+  let served = 0;
   const fillLater = new Map<string, LinePlace | undefined>();
   const across: Across = {
     on: (s) => {
@@ -68,8 +73,21 @@ export const decideAcross = (command: Command, stream: string, scratchOf: (strea
       touched.set(s, { decision, scratch, mark: scratch.mark() });
       return decision;
     },
-    freed: (s) => {
-      if (!freed.includes(s)) freed.push(s);
+    serve: (s) => {
+      if (!queued.includes(s)) queued.push(s);
+    },
+    serveQueued: () => {
+      if (serving) return;
+      serving = true;
+      try {
+        for (let s = queued.shift(); s !== undefined; s = queued.shift()) {
+          // A bound, not a limit anyone should meet: each round promotes, or asks for a line ahead in the one fair order.
+          if (++served > MAX_LINES_SERVED) across.fillLater(s, undefined);
+          else across.on(s)!.fillSlots();
+        }
+      } finally {
+        serving = false;
+      }
     },
     fillLater: (s, after) => {
       if (!fillLater.has(s)) fillLater.set(s, after);
@@ -86,7 +104,7 @@ export const decideAcross = (command: Command, stream: string, scratchOf: (strea
       rollback();
       return { tag: 'decided', result: E.left(result.left), fillLater: new Map() };
     }
-    for (const s of freed) if (s !== stream) across.on(s)!.fillSlots();
+    across.serveQueued();
     return { tag: 'decided', result: E.right(new Map([...touched].map(([s, t]) => [s, t.decision.events]))), fillLater };
   } catch (error) {
     rollback();
