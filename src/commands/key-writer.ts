@@ -310,9 +310,10 @@ class KeyStates {
     }
     const state = this.entries.get(item.stream)?.state;
     if (state === undefined) return [...out];
-    const add = (job: JobState | undefined) => {
+    /** The streams of a job of `line`'s stream: its home (for a guest) and its limit keys. */
+    const add = (job: JobState | undefined, line = item.stream) => {
       if (job === undefined || !isUnderLimits(job)) return;
-      out.add(job.home ?? item.stream);
+      out.add(job.home ?? line);
       for (const l of job.limits) out.add(keyStream(l));
     };
     switch (c.type) {
@@ -330,10 +331,17 @@ class KeyStates {
         if ('jobId' in c && c.jobId !== undefined) add(state.jobs[c.jobId]);
     }
     if (FREES.has(c.type)) {
-      const after = c.type === 'FillSlots' ? c.after : undefined;
-      for (const jobId of lineAfter(state, LINE_WINDOW, after)) {
-        add(state.jobs[jobId]);
-        if (out.size >= LINE_WINDOW) break;
+      // The lines it may serve: its own, and those of the limit keys it frees (known ones only).
+      const lines: [string, KeyState, LinePlace | undefined][] = [[item.stream, state, c.type === 'FillSlots' ? c.after : undefined]];
+      for (const stream of [...out]) {
+        const other = this.entries.get(stream)?.state;
+        if (other !== undefined) lines.push([stream, other, undefined]);
+      }
+      for (const [stream, line, after] of lines) {
+        for (const jobId of lineAfter(line, LINE_WINDOW, after)) {
+          add(line.jobs[jobId], stream);
+          if (out.size >= LINE_WINDOW) break;
+        }
       }
     }
     out.delete(item.stream);
