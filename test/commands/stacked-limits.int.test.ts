@@ -1,8 +1,9 @@
 import * as E from 'fp-ts/lib/Either.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
+import { decideAcross } from '../../src/domain/decide/index.js';
 import { LimitConflictError } from '../../src/domain/errors.js';
-import { holders, jobsIn, type KeyState } from '../../src/domain/key-state.js';
+import { Scratch, draftOf, holders, jobsIn, type KeyState } from '../../src/domain/key-state.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { keyStream } from '../../src/domain/streams.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
@@ -80,6 +81,32 @@ describe('a job under further limits', () => {
     await expect(ledger.enqueue({ name: 'sync', key: 'sl4:a', limits: [{ key: 'sl4:a' }] })).rejects.toMatchObject({ name: 'ValidationError', field: 'limits[0].key' });
     await expect(ledger.enqueue({ name: 'sync', key: 'sl4:a', limits: [{ key: 'sl4:t' }, { key: 'sl4:t' }] })).rejects.toMatchObject({ name: 'ValidationError', field: 'limits' });
     expect(await eventCount()).toBe(before);
+  });
+});
+
+describe('the second step of a release, after its writer died', () => {
+  it('regression: a release whose process died before serving the line of a shared limit key leaves no one stranded: the sweeper serves it', async () => {
+    await ledger.enqueue({ name: 'sync', key: 'sb:a', limits: [{ key: 'sb:t', limit: 1 }], jobId: 'sb-a' });
+    await ledger.enqueue({ name: 'sync', key: 'sb:b', limits: [{ key: 'sb:t' }], jobId: 'sb-b' });
+    const lease = (await state('sb:a')).jobs['sb-a']!.lease!.leaseId;
+    await ledger.execute(keyStream('sb:a'), { type: 'Start', jobId: 'sb-a', leaseId: lease, workerId: 'w' });
+    // What a writer without sb:b's stream at hand decides and writes, then dies: the release on
+    // sb:a and sb:t, and a FillSlots of sb:t it never gets to.
+    const at = { [keyStream('sb:a')]: await ledger.keyState('sb:a'), [keyStream('sb:t')]: await ledger.keyState('sb:t') };
+    const outcome = decideAcross({ type: 'Complete', jobId: 'sb-a', leaseId: lease }, keyStream('sb:a'), (s) => (at[s] ? new Scratch(draftOf(at[s]!.state)) : undefined), Date.now());
+    if (outcome.tag !== 'decided' || E.isLeft(outcome.result)) throw new Error(`unexpected ${JSON.stringify(outcome)}`);
+    expect([...outcome.fillLater.keys()]).toEqual([keyStream('sb:t')]);
+    await ledger.store.appendMany(
+      [...outcome.result.right].map(([stream, events]) => ({ stream, expected: at[stream]!.revision, events: events.map((e) => ({ type: e.type, data: e.data })) })),
+    );
+    expect(await statusIn('sb:b', 'sb-b')).toBe('parked');
+    expect((await state('sb:t')).holding).toBe(0);
+    const sweeping = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger, sweepIntervalMs: 50 });
+    sweeping.start();
+    await until(() => statusIn('sb:b', 'sb-b'), (s) => s === 'holding', 'the sweeper to promote the stranded job');
+    await sweeping.close();
+    const served = (await ledger.store.readStream(keyStream('sb:t'))).filter((e) => e.type === 'LimitHeld' && (e.data as { jobId: string }).jobId === 'sb-b');
+    expect(served.map((e) => e.metadata?.by)).toEqual(['sweeper']);
   });
 });
 
