@@ -15,6 +15,8 @@ export interface Workload {
   readonly concurrency: number;
   /** The key of job i (0-based). */
   readonly keyOf: (i: number) => string | null;
+  /** Further limit keys of job i (stacked limits); none when absent. */
+  readonly limitsOf?: (i: number) => readonly { readonly key: string; readonly limit: number }[];
 }
 
 /** What the producer enqueues and the handler reports back; `seq` finds lost and duplicated runs. */
@@ -23,6 +25,7 @@ export interface BenchJob {
   readonly key: string | null;
   readonly limit: number | null;
   readonly ms: number;
+  readonly limits?: readonly { readonly key: string; readonly limit: number }[];
 }
 
 const PROCESSES = 2;
@@ -36,6 +39,11 @@ const skewedKey = (i: number): string => (i % 2 === 0 ? `hot${(i / 2) % SKEW_HOT
 
 type Definition = Omit<Workload, 'name' | 'processes' | 'concurrency' | 'keyOf'> & { readonly keyOf?: (i: number) => string | null };
 
+// stacked: the keyed workload with every job also under one of a few tenant limit keys, loose
+// enough that the key's limit binds most of the time: the cost of holding a slot in two streams.
+const STACKED_TENANTS = 10;
+const STACKED_TENANT_LIMIT = 40;
+
 // Job i of a uniform workload gets key `k${i % keys}`: keys interleave in enqueue order.
 const DEFINITIONS: Readonly<Record<string, Definition>> = {
   unkeyed: { description: '20,000 no-op jobs without a key', jobs: 20_000, keys: 0, limit: null, jobMs: 0 },
@@ -43,6 +51,14 @@ const DEFINITIONS: Readonly<Record<string, Definition>> = {
   hot: { description: '2,000 no-op jobs on one key, limit 1', jobs: 2_000, keys: 1, limit: 1, jobMs: 0 },
   latency: { description: '50 keys x 20 jobs of 5 ms, limit 1', jobs: 1_000, keys: 50, limit: 1, jobMs: 5 },
   'keyed-5ms': { description: '4,000 jobs of 5 ms over 200 keys, limit 2', jobs: 4_000, keys: 200, limit: 2, jobMs: 5 },
+  stacked: {
+    description: `20,000 no-op jobs over 200 keys, limit 2, each also under one of ${STACKED_TENANTS} tenant limit keys (limit ${STACKED_TENANT_LIMIT})`,
+    jobs: 20_000,
+    keys: 200,
+    limit: 2,
+    jobMs: 0,
+    limitsOf: (i) => [{ key: `tenant${i % STACKED_TENANTS}`, limit: STACKED_TENANT_LIMIT }],
+  },
   'keyed-many': { description: '20,000 no-op jobs over 5,000 keys, limit 2', jobs: 20_000, keys: 5_000, limit: 2, jobMs: 0 },
   skewed: {
     description: `20,000 no-op jobs, half on ${SKEW_HOT_KEYS} hot keys, half over ${SKEW_COLD_KEYS} cold keys, limit 2`,
@@ -80,7 +96,8 @@ export const resolveWorkload = (name: string, jobs?: number): Workload => {
 export const makeJobs = (w: Workload): BenchJob[] =>
   Array.from({ length: w.jobs }, (_, seq) => {
     const key = w.keyOf(seq);
-    return { seq, key, limit: key === null ? null : w.limit, ms: w.jobMs };
+    const limits = w.limitsOf?.(seq);
+    return { seq, key, limit: key === null ? null : w.limit, ms: w.jobMs, ...(limits === undefined ? {} : { limits }) };
   });
 
 /** A bad command line: the bench prints it and exits 2. */

@@ -104,6 +104,7 @@ export const enqueueAll = async (ledger: Ledger, jobs: readonly BenchJob[], opti
     name: JOB,
     args: { s: j.seq, k: j.key, ms: j.ms } satisfies BenchArgs,
     ...(j.key === null ? {} : { key: j.key, limit: j.limit ?? undefined }),
+    ...(j.limits === undefined ? {} : { limits: j.limits }),
     ...extra,
   }));
   const chunk = options.insertChunk ?? DEFAULT_INSERT_CHUNK;

@@ -123,8 +123,12 @@ const readXact = async (admin: pg.Client, db: string): Promise<Xact> => {
 // ------------------------------------------------------------------ sampler
 
 // The ledger's own books: slots held per key (read model jl_slots, written in the transaction of
-// the admission or release). A holder counts from its admission, also before a worker started it.
-const SAMPLE_SQL = 'SELECT key, count(*)::int AS n FROM jl_slots WHERE key IS NOT NULL GROUP BY key';
+// the admission or release), and per limit key by jobs of other keys (jl_limit_jobs: stacked
+// limits). A holder counts from its admission, also before a worker started it.
+const SAMPLE_SQL = `
+SELECT key, count(*)::int AS n FROM jl_slots WHERE key IS NOT NULL GROUP BY key
+UNION ALL
+SELECT key, count(*)::int AS n FROM jl_limit_jobs WHERE status = 'holding' GROUP BY key`;
 
 interface Sampler {
   readonly stop: () => Promise<void>;
@@ -137,7 +141,7 @@ interface Sampler {
  * Every `intervalMs`, in one MVCC snapshot on its own connection, the slots held per key: n > limit
  * is an over-admission by the ledger's own books, even when no-op handlers never overlap.
  */
-const startSampler = async (url: string, limit: number, intervalMs: number, enqueueStart: () => bigint | null, onError: Log): Promise<Sampler> => {
+const startSampler = async (url: string, limitOf: (key: string) => number, intervalMs: number, enqueueStart: () => bigint | null, onError: Log): Promise<Sampler> => {
   const client = new pg.Client({ connectionString: url, application_name: 'jobledger-bench-sampler' });
   await client.connect();
   const maxByKey = new Map<string, number>();
@@ -151,9 +155,11 @@ const startSampler = async (url: string, limit: number, intervalMs: number, enqu
     const since = enqueueStart();
     const atMs = since === null ? null : Math.round(Number(process.hrtime.bigint() - since) / 1e6);
     let violating = false;
-    for (const { key, n } of rows) {
+    const held = new Map<string, number>();
+    for (const { key, n } of rows) held.set(key, (held.get(key) ?? 0) + n);
+    for (const [key, n] of held) {
       if (n > (maxByKey.get(key) ?? 0)) maxByKey.set(key, n);
-      if (n <= limit) continue;
+      if (n <= limitOf(key)) continue;
       violating = true;
       if (worst === null || n > worst.n) worst = { key, n, atMsAfterEnqueueStart: atMs };
     }
@@ -176,7 +182,7 @@ const startSampler = async (url: string, limit: number, intervalMs: number, enqu
       })()),
     result: () => {
       const max = Math.max(0, ...maxByKey.values());
-      const over = [...maxByKey.values()].filter((n) => n > limit).length;
+      const over = [...maxByKey].filter(([key, n]) => n > limitOf(key)).length;
       return { samples: queries, intervalMs, maxActivePerKey: max, keysOverLimit: over, violatingSamples, worst };
     },
     commits: () => queries + 1,
@@ -340,7 +346,11 @@ const measure = async (x: Context): Promise<Measured> => {
   if (cfg.order === 'workers-first') await startWorkers(children, log);
   let enqueueStartNs: bigint | null = null;
   const producer = (x.producer = await openLedger(url, 'producer', cfg.options, role('producer')));
-  if (w.limit !== null && cfg.sampleMs > 0) x.sampler = await startSampler(url, w.limit, cfg.sampleMs, () => enqueueStartNs, onError);
+  if (w.limit !== null && cfg.sampleMs > 0) {
+    const keyLimit = w.limit;
+    const limitKeys = new Map(Array.from({ length: w.jobs }, (_, i) => w.limitsOf?.(i) ?? []).flat().map((l) => [l.key, l.limit]));
+    x.sampler = await startSampler(url, (key) => limitKeys.get(key) ?? keyLimit, cfg.sampleMs, () => enqueueStartNs, onError);
+  }
   // The sampler runs from before the enqueue (jobs-first admits at enqueue); its worst sample is
   // timed from the enqueue start once there is one.
   const timed = await enqueueAndWait(w, cfg, children, producer, log, onError, (ns) => (enqueueStartNs = ns));

@@ -1,5 +1,5 @@
 import type { KeyEvent, ReleaseReason } from './events.js';
-import { KEY_STREAM_PREFIX } from './streams.js';
+import { JOB_STREAM_PREFIX, KEY_STREAM_PREFIX } from './streams.js';
 
 // The audit of a key: one row per slot handoff (a lease, from admission to release), folded from
 // the key stream's events alone. The decider records a tenure of the key's own job as
@@ -58,6 +58,13 @@ export interface RevisionedEvent {
 
 /** The name the audit gives a stream: its key, or the stream's own name for a job without one. */
 export const auditKeyOf = (stream: string): string => (stream.startsWith(KEY_STREAM_PREFIX) ? stream.slice(KEY_STREAM_PREFIX.length) : stream);
+
+/**
+ * A job as a key's audit or state names it: a guest with its home ("job j1 of key a"), so it does
+ * not read as one of the key's own. `home`: as auditKeyOf names it; absent for the key's own job.
+ */
+export const jobName = (jobId: string, home: string | null | undefined): string =>
+  home == null ? jobId : home.startsWith(JOB_STREAM_PREFIX) ? `job ${jobId} (no key)` : `job ${jobId} of key ${home}`;
 
 type Draft = { -readonly [K in keyof Handoff]: Handoff[K] };
 
@@ -172,7 +179,7 @@ export const describeEvents = (events: Iterable<KeyEvent>): string[] => {
   const homes = new Map<string, string>();
   const guest = (jobId: string): string => {
     const home = homes.get(jobId);
-    return home === undefined ? `job ${jobId}` : `job ${jobId} of ${home.startsWith(KEY_STREAM_PREFIX) ? `key ${auditKeyOf(home)}` : home}`;
+    return home === undefined ? `job ${jobId}` : jobName(jobId, auditKeyOf(home));
   };
   const out: string[] = [];
   for (const e of events) out.push(inWords(e, guest, homes));

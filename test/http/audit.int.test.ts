@@ -14,6 +14,7 @@ beforeAll(async () => {
   ]);
   await s.start(KEY, 'au-1', 'w-1');
   await s.post('/api/keys/release', { key: KEY, jobId: 'au-1', by: 'erin' });
+  await s.ledger.enqueue({ name: 'a', key: 'audit home', limit: 1, jobId: 'au-g', limits: [{ key: 'audit limit', limit: 1 }] });
 });
 
 afterAll(async () => {
@@ -37,6 +38,17 @@ describe('GET /api/audit', () => {
     const { status, body } = await s.get('/api/audit', { job: 'au-2' });
     expect(status).toBe(200);
     expect(body.handoffs.map((h: { jobId: string }) => h.jobId)).toEqual(['au-2']);
+  });
+
+  it('?key= of a limit key: the jobs of other keys holding its slots, named with their key; each event in words', async () => {
+    const { status, body } = await s.get('/api/audit', { key: 'audit limit' });
+    expect(status).toBe(200);
+    expect(body.handoffs).toEqual([expect.objectContaining({ key: 'audit limit', jobId: 'au-g', leaseId: 'au-g:1', home: 'audit home', limits: ['audit limit'], how: 'acquired', reason: null })]);
+    expect(body.events.map((e: { type: string }) => e.type)).toEqual(['KeyLimitSet', 'LimitHeld']);
+    expect(body.eventsInWords).toEqual(['limit set to 1, lease 30 s', 'job au-g of key audit home holds a slot of this key (lease au-g:1, under limits audit limit)']);
+    const home = await s.get('/api/audit', { key: 'audit home' });
+    expect(home.body.handoffs).toEqual([expect.objectContaining({ jobId: 'au-g', limits: ['audit limit'] })]);
+    expect(home.body.handoffs[0]).not.toHaveProperty('home');
   });
 
   it('400 naming key when neither or both are given, or a field is unknown; 404 for an unknown key or job', async () => {

@@ -1,18 +1,12 @@
 import type { Command } from 'commander';
 import ms from 'ms';
 import type { Audit } from '../../../commands/audit.js';
-import type { Handoff } from '../../../domain/audit.js';
+import { jobName, type Handoff } from '../../../domain/audit.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { UsageError, asUsage } from '../errors.js';
 import { print, table, time } from '../output.js';
 
 const FLAG_OF = { key: '--key', jobId: '--job' };
-
-/** A guest is named with its home: on a limit key, "j1" alone would read as a job of this key. */
-const who = (h: Handoff): string => {
-  if (h.home === undefined) return h.jobId;
-  return h.home.startsWith('job:') ? `job ${h.jobId} (no key)` : `job ${h.jobId} of key ${h.home}`;
-};
 
 const how = (h: Handoff): string => (h.how === 'promoted' ? `promoted after ${ms(h.parkedMs ?? 0)} parked` : 'acquired');
 
@@ -49,7 +43,7 @@ export const registerAudit = (program: Command, ctx: CommandContext): void => {
             ? 'no slot handoffs yet'
             : table(
                 ['job', 'lease', 'how', 'acquired', 'worker', 'attempt', 'released', 'why', ...(underLimits ? ['also held'] : [])],
-                handoffs.map((h) => [who(h), h.leaseId, how(h), time(h.acquiredAt), h.workerId, h.attempt, time(h.releasedAt), why(h), ...(underLimits ? [alsoHeld(h)] : [])]),
+                handoffs.map((h) => [jobName(h.jobId, h.home), h.leaseId, how(h), time(h.acquiredAt), h.workerId, h.attempt, time(h.releasedAt), why(h), ...(underLimits ? [alsoHeld(h)] : [])]),
               ),
           // A guest's start and the who or what of its release are recorded on its own key only.
           homes.length === 0 ? '' : `jobs of other keys held these slots as a further limit: their workers, attempts and who or what let them go are in their own keys' audits (${homes.map((k) => `jobledger audit --key ${k}`).join(', ')})`,

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { keyStateAt } from '../../../commands/key-state-at.js';
-import { auditKeyOf } from '../../../domain/audit.js';
+import { auditKeyOf, jobName } from '../../../domain/audit.js';
 import { holders, jobsIn, parkedInOrder, type JobEntry } from '../../../domain/key-state.js';
 import { keyStream } from '../../../domain/streams.js';
 import { Key } from '../../../domain/values.js';
@@ -17,8 +17,7 @@ const placeOf = (j: JobEntry) => ({ home: j.home === undefined ? null : auditKey
 
 type Placed = ReturnType<typeof placeOf> & { readonly jobId: string };
 
-/** A guest is named with its home, so it does not read as a job of this key. */
-const who = (j: Placed): string => (j.home === null ? j.jobId : j.home.startsWith('job:') ? `job ${j.jobId} (no key)` : `job ${j.jobId} of key ${j.home}`);
+const who = (j: Placed): string => jobName(j.jobId, j.home);
 
 export const registerState = (program: Command, ctx: CommandContext): void => {
   program

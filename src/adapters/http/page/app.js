@@ -240,27 +240,43 @@ const REASONS = {
   cancelled: 'cancelled',
 };
 
+// A guest (a job of another key holding or waiting here as one of its further limits) is released
+// or discarded at its own key, which frees it here and on every other limit at once.
+const homeOf = (job, key) => job.home ?? key;
+
+/** A guest's home is a key the dashboard can act on; a job without a key (home job:<id>) is not. */
+const actionable = (job) => job.home === null || !job.home.startsWith('job:');
+
 const releaseHolder = (key, holder) =>
   act(
     {
       title: `Release job ${holder.jobId}?`,
-      text: `Its slot on key “${key}” goes back to the key, and the next parked job is promoted.`,
+      text:
+        holder.home === null
+          ? `Its slot on key “${key}” goes back to the key, and the next parked job is promoted.`
+          : `It holds this slot as one of its further limits: it is released at its own key “${holder.home}”, which frees its slot there, here and on each of its limits.`,
       warning:
         holder.leaseState === 'live'
           ? `Its lease is still live (until ${clock(holder.expiresAt)}): a worker may be running it right now. Releasing revokes the lease, the handler's signal is aborted, and its later result is refused.`
           : null,
       confirm: 'Release',
     },
-    () => postJson('/api/keys/release', { key, jobId: holder.jobId }),
-    (r) => `Released ${r.released.length} slot${r.released.length === 1 ? '' : 's'} of ${key}.`,
+    () => postJson('/api/keys/release', { key: homeOf(holder, key), jobId: holder.jobId }),
+    (r) => `Released ${r.released.length} slot${r.released.length === 1 ? '' : 's'} of ${homeOf(holder, key)}.`,
   );
 
-const releaseAll = (key, holders) =>
-  act(
+const ownJobs = (jobs) => jobs.filter((j) => j.home === null);
+
+const releaseAll = (key, holders) => {
+  const own = ownJobs(holders);
+  const guests = holders.length - own.length;
+  return act(
     {
       title: `Release every holder of “${key}”?`,
-      text: `${holders.length} slot${holders.length === 1 ? '' : 's'} go back to the key; parked jobs are promoted into them.`,
-      warning: holders.some((h) => h.leaseState === 'live')
+      text:
+        `${own.length} slot${own.length === 1 ? '' : 's'} go back to the key; parked jobs are promoted into them.` +
+        (guests > 0 ? ` ${guests} job${guests === 1 ? '' : 's'} of other keys keep theirs: release those at their own keys.` : ''),
+      warning: own.some((h) => h.leaseState === 'live')
         ? 'Some of these leases are still live: their workers may be running them now. Releasing revokes the leases, aborts those handlers, and refuses their later results.'
         : null,
       confirm: 'Release all',
@@ -268,20 +284,46 @@ const releaseAll = (key, holders) =>
     () => postJson('/api/keys/release', { key }),
     (r) => `Released ${r.released.length} slot${r.released.length === 1 ? '' : 's'} of ${key}.`,
   );
+};
 
-const discard = (key, jobIds) =>
-  act(
+/** `job`: one parked job (a guest is discarded at its own key); null: every parked job of the key's own. */
+const discard = (key, job) => {
+  const at = job === null ? key : homeOf(job, key);
+  return act(
     {
-      title: jobIds ? `Discard parked job ${jobIds[0]}?` : `Discard every parked job of “${key}”?`,
-      text: 'A discarded job never runs. The ledger records who discarded it.',
+      title: job ? `Discard parked job ${job.jobId}?` : `Discard every parked job of “${key}”?`,
+      text:
+        'A discarded job never runs. The ledger records who discarded it.' +
+        (job === null ? ' Jobs of other keys waiting here stay: discard those at their own keys.' : job.home === null ? '' : ` It waits here as one of its further limits: it is discarded at its own key “${job.home}”.`),
       warning: null,
       confirm: 'Discard',
     },
-    () => postJson('/api/keys/discard', jobIds ? { key, jobIds } : { key }),
-    (r) => `Discarded ${r.discarded.length} parked job${r.discarded.length === 1 ? '' : 's'} of ${key}.`,
+    () => postJson('/api/keys/discard', job ? { key: at, jobIds: [job.jobId] } : { key }),
+    (r) => `Discarded ${r.discarded.length} parked job${r.discarded.length === 1 ? '' : 's'} of ${at}.`,
   );
+};
 
 const jobCell = (jobId, name) => [el('code', { className: 'job-id' }, jobId), name ? el('span', { className: 'job-name' }, name) : null];
+
+/** Where a guest is from: a link to its own key's view. */
+const fromKey = (home) =>
+  home === null
+    ? null
+    : el('span', { className: 'from-key' }, home.startsWith('job:') ? 'from a job without a key' : ['from key ', el('a', { href: keyHref(home) }, home)]);
+
+/** The job's further limits besides the key on view (a guest's list names it too), as small badges. */
+const limitBadges = (limits, key) => {
+  const others = (limits ?? []).filter((k) => k !== key);
+  if (others.length === 0) return null;
+  return el('span', { className: 'limits' }, el('span', { className: 'visually-hidden' }, 'also under limits: '), others.map((k) => el('span', { className: 'badge limit-badge', title: `also under the limit of key ${k}` }, k)));
+};
+
+/** The Job cell: id and name, where a guest is from, and the job's further limits (one block, so a phone's cell keeps them together). */
+const jobCellOf = (job, key) => el('div', {}, jobCell(job.jobId, job.name), fromKey(job.home ?? null), limitBadges(job.limits, key));
+
+/** "waits on: t (5/5 full), api (paused)": the job's other limits that are full or paused now. */
+const waitsOnText = (waitsOn) =>
+  waitsOn && waitsOn.length > 0 ? `waits on: ${waitsOn.map((w) => `${w.key} (${w.paused ? 'paused' : `${w.inUse}/${w.limit} full`})`).join(', ')}` : null;
 
 const renderHolders = (detail) => {
   $('holders-body').replaceChildren(
@@ -289,19 +331,20 @@ const renderHolders = (detail) => {
       el(
         'tr',
         { dataset: { job: h.jobId } },
-        el('td', { dataset: { label: 'Job' } }, jobCell(h.jobId, h.name)),
+        el('td', { dataset: { label: 'Job' } }, jobCellOf(h, detail.key)),
         el('td', { dataset: { label: 'Worker' } }, h.workerId ?? 'not started'),
         el('td', { dataset: { label: 'Since' } }, `${clock(h.acquiredAt)} (${h.how}, ${ago(h.acquiredAt)})`),
         el('td', { dataset: { label: 'Lease expiry' } }, `${clock(h.expiresAt)} (${fromNow(h.expiresAt)})`),
         el('td', { dataset: { label: 'Lease' } }, leaseBadge(h.leaseState)),
         el('td', { dataset: { label: 'Attempt' }, className: 'num' }, h.attempt === null ? '–' : String(h.attempt)),
-        el('td', {}, el('button', { type: 'button', className: 'danger release', onclick: () => releaseHolder(detail.key, h) }, 'Release')),
+        el('td', {}, actionable(h) ? el('button', { type: 'button', className: 'danger release', onclick: () => releaseHolder(detail.key, h) }, 'Release') : null),
       ),
     ),
   );
   $('holders-empty').hidden = detail.holders.length > 0;
   $('holders-table').hidden = detail.holders.length === 0;
-  $('release-all').hidden = detail.holders.length < 2;
+  // Release all frees the key's own holders: a guest is released at its own key.
+  $('release-all').hidden = ownJobs(detail.holders).length < 2;
 };
 
 const renderParked = (detail) => {
@@ -311,16 +354,17 @@ const renderParked = (detail) => {
         'tr',
         { dataset: { job: p.jobId } },
         el('td', { dataset: { label: '#' }, className: 'num' }, String(i + 1)),
-        el('td', { dataset: { label: 'Job' } }, jobCell(p.jobId, p.name)),
+        el('td', { dataset: { label: 'Job' } }, jobCellOf(p, detail.key)),
         el('td', { dataset: { label: 'Priority' }, className: 'num' }, String(p.priority)),
-        el('td', { dataset: { label: 'Waiting' } }, duration(now() - p.parkedAt)),
-        el('td', {}, el('button', { type: 'button', className: 'danger discard', onclick: () => discard(detail.key, [p.jobId]) }, 'Discard')),
+        el('td', { dataset: { label: 'Waiting' } }, el('div', {}, duration(now() - p.parkedAt), waitsOnText(p.waitsOn) && el('span', { className: 'waits-on' }, waitsOnText(p.waitsOn)))),
+        el('td', {}, actionable(p) ? el('button', { type: 'button', className: 'danger discard', onclick: () => discard(detail.key, p) }, 'Discard') : null),
       ),
     ),
   );
   $('parked-empty').hidden = detail.parked.length > 0;
   $('parked-table').hidden = detail.parked.length === 0;
-  $('discard-all').hidden = detail.parked.length < 2;
+  // As Release all: the key's own parked jobs.
+  $('discard-all').hidden = ownJobs(detail.parked).length < 2;
 };
 
 const renderScheduled = (detail) => {
@@ -345,15 +389,13 @@ const renderHandoffs = (detail) => {
       const held = h.releasedAt === null ? `holding for ${duration(now() - h.acquiredAt)}` : `held ${duration(h.releasedAt - h.acquiredAt)}`;
       const how = h.how === 'promoted' ? `promoted after ${duration(h.parkedMs)} parked` : 'acquired at once';
       const why = h.releasedAt === null ? 'still held' : [REASONS[h.reason] ?? h.reason, h.by ? `by ${h.by}` : null, h.error ? `: ${h.error}` : null].filter(Boolean).join(' ');
+      // A guest's worker, attempt and the who or what of its release are in its own key's audit.
+      const who = h.home === undefined ? `worker ${h.workerId ?? '–'}${h.attempt === null ? '' : `, attempt ${h.attempt}`}` : 'worker and attempt at its own key';
       return el(
         'li',
-        { className: `handoff reason-${h.reason ?? 'held'}` },
-        el('div', { className: 'handoff-head' }, el('code', { className: 'job-id' }, h.jobId), el('span', { className: 'badge' }, why)),
-        el(
-          'div',
-          { className: 'handoff-body' },
-          `${how}; worker ${h.workerId ?? '–'}${h.attempt === null ? '' : `, attempt ${h.attempt}`}; ${held} (${clock(h.acquiredAt)} → ${h.releasedAt === null ? 'now' : clock(h.releasedAt)})`,
-        ),
+        { className: `handoff reason-${h.reason ?? 'held'}`, dataset: { job: h.jobId } },
+        el('div', { className: 'handoff-head' }, el('code', { className: 'job-id' }, h.jobId), fromKey(h.home ?? null), limitBadges(h.limits, detail.key), el('span', { className: 'badge' }, why)),
+        el('div', { className: 'handoff-body' }, `${how}; ${who}; ${held} (${clock(h.acquiredAt)} → ${h.releasedAt === null ? 'now' : clock(h.releasedAt)})`),
       );
     }),
   );
