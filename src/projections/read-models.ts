@@ -5,19 +5,21 @@ import { isLedgerStream, ms, statement, type ProjectedEvent, type Projection, ty
 export const READ_MODELS = 'read_models';
 
 /** The tables a rebuild empties (jl_key_stats is a view over them), in the order the projection writes them (see rebuild.ts lockOut). */
-export const READ_MODEL_TABLES = ['jl_keys', 'jl_jobs', 'jl_slots', 'jl_parked'] as const;
+export const READ_MODEL_TABLES = ['jl_keys', 'jl_jobs', 'jl_slots', 'jl_parked', 'jl_limit_jobs'] as const;
 
 /**
- * The read models jl_jobs, jl_slots, jl_parked and jl_keys (schema and meaning: migrations
- * 0003-read-models and 0005-set-based-writes), as ONE projection with one checkpoint: jl_parked
- * takes a job's priority and enqueue order from jl_jobs, which is only sound if both tables are at
- * the same point of the ledger.
+ * The read models jl_jobs, jl_slots, jl_parked, jl_keys and jl_limit_jobs (schema and meaning:
+ * migrations 0003-read-models, 0005-set-based-writes and 0008-limit-keys), as ONE projection with
+ * one checkpoint: jl_parked takes a job's priority and enqueue order from jl_jobs, and a limit
+ * key's guests (jl_limit_jobs) are read with their home's rows, which is only sound if all the
+ * tables are at the same point of the ledger.
  *
- * The events of a batch are folded per job first (what each job's rows look like after the
- * batch), then written with at most eight set-based statements, whatever the batch's size. The
- * fold follows src/domain/key-state.ts's evolve, so that after any batch jl_slots holds the
- * states' holders, jl_parked their parked jobs and jl_jobs (run_at set) their scheduled ones;
- * unlike the states, jl_jobs keeps finished jobs (history). A job whose JobEnqueued is in the
+ * The events of a batch are folded per job (and per limit stream and guest) first: what each
+ * row looks like after the batch; then written with at most eleven set-based statements, whatever
+ * the batch's size. The fold follows src/domain/key-state.ts's evolve, so that after any batch
+ * jl_slots holds the states' holders, jl_parked their parked jobs, jl_jobs (run_at set) their
+ * scheduled ones and jl_limit_jobs their guests (holding or parked); unlike the states, jl_jobs
+ * keeps finished jobs (history). A job whose JobEnqueued is in the
  * batch gets one INSERT of its final row, which is all a rebuild writes for most jobs.
  */
 export const createReadModelProjections = (): Projection => ({
@@ -69,8 +71,8 @@ interface JobChange {
   readonly jobId: string;
   readonly stream: string;
   readonly key: string | null;
-  /** Its JobEnqueued is in the batch: no row of it existed before. */
-  created: { seq: number; name: string; queue: string; args: unknown; priority: number; max_attempts: number; lease_ms: number; enqueued_at: number } | null;
+  /** Its JobEnqueued is in the batch: no row of it existed before. `limits`: null for a job under no further limit. */
+  created: { seq: number; name: string; queue: string; args: unknown; priority: number; max_attempts: number; lease_ms: number; enqueued_at: number; limits: string[] | null } | null;
   m: number;
   readonly cols: Columns;
   /** Time of the last event that changes its jl_jobs row; null: the row is not touched. */
@@ -85,8 +87,8 @@ interface JobChange {
   slotPatch: { m: number; worker_id: string | null; attempt: number | null; started_at: number | null; expires_at: number | null } | null;
   /** Its jl_parked row from before the batch goes. */
   dropParked: boolean;
-  /** Parked in the batch and still parked at its end: when. */
-  parkedAt: number | null;
+  /** Parked in the batch and still parked at its end: when, and the revision of its JobParked. */
+  parked: { at: number; revision: number } | null;
 }
 
 const change = (pe: ProjectedEvent, jobId: string): JobChange => ({
@@ -102,7 +104,7 @@ const change = (pe: ProjectedEvent, jobId: string): JobChange => ({
   slot: null,
   slotPatch: null,
   dropParked: false,
-  parkedAt: null,
+  parked: null,
 });
 
 const set = <K extends keyof Columns>(c: JobChange, bit: number, column: K, value: Columns[K]): void => {
@@ -114,7 +116,7 @@ const set = <K extends keyof Columns>(c: JobChange, bit: number, column: K, valu
 
 /** The job leaves parking (promoted, finished). `fromParking`: the event implies it was parked, so a row from before the batch must go. */
 const leaveParking = (c: JobChange, fromParking: boolean): void => {
-  if (c.parkedAt !== null) c.parkedAt = null;
+  if (c.parked !== null) c.parked = null;
   else if (fromParking && c.created === null) c.dropParked = true;
 };
 
@@ -139,7 +141,8 @@ const foldEvent = (c: JobChange, pe: ProjectedEvent): void => {
   switch (event.type) {
     case 'JobEnqueued': {
       const d = event.data;
-      c.created = { seq: pe.revision, name: d.name, queue: d.queue, args: d.args ?? null, priority: d.priority, max_attempts: d.maxAttempts, lease_ms: d.leaseMs, enqueued_at: at };
+      const limits = d.limits !== undefined && d.limits.length > 0 ? d.limits : null;
+      c.created = { seq: pe.revision, name: d.name, queue: d.queue, args: d.args ?? null, priority: d.priority, max_attempts: d.maxAttempts, lease_ms: d.leaseMs, enqueued_at: at, limits };
       set(c, STATUS, 'status', 'pending');
       set(c, ATTEMPTS, 'attempts', 0);
       break;
@@ -155,7 +158,7 @@ const foldEvent = (c: JobChange, pe: ProjectedEvent): void => {
     case 'JobParked':
       set(c, STATUS, 'status', 'parked');
       set(c, RUN_AT, 'run_at', null);
-      c.parkedAt = at;
+      c.parked = { at, revision: pe.revision };
       break;
     case 'JobScheduled':
       set(c, STATUS, 'status', 'scheduled');
@@ -247,8 +250,58 @@ const finishReason = (event: KeyEvent): string | null => {
   }
 };
 
+/** A limit key's event about a guest (a job of another stream under its limit). */
+type GuestEvent = Extract<KeyEvent, { type: 'LimitWaiting' | 'LimitHeld' | 'LimitReleased' | 'LimitLeft' }>;
+
+const isGuestEvent = (event: KeyEvent): event is GuestEvent =>
+  event.type === 'LimitWaiting' || event.type === 'LimitHeld' || event.type === 'LimitReleased' || event.type === 'LimitLeft';
+
+interface GuestRow {
+  home: string;
+  status: 'parked' | 'holding';
+  lease_id: string | null;
+  since: number;
+  priority: number;
+  seq: number;
+}
+
+/** What one batch does to one guest's jl_limit_jobs row (one per limit stream and job). */
+interface GuestChange {
+  readonly stream: string;
+  readonly key: string | null;
+  readonly jobId: string;
+  /** It left the key in the batch: a row from before the batch goes. */
+  drop: boolean;
+  /** Its row at the end of the batch; null: none, or the row from before the batch as it was. */
+  row: GuestRow | null;
+}
+
+/**
+ * The per-guest mirror of evolve: a guest the batch has not seen yet may have a row from before
+ * it, so its row is upserted and keeps that row's place in line (priority, seq), as the state
+ * keeps a known guest's; one that left and came back in the batch (a retry) gets a new place.
+ */
+const foldGuest = (g: GuestChange, event: GuestEvent, revision: number): void => {
+  switch (event.type) {
+    case 'LimitWaiting':
+    case 'LimitHeld': {
+      const held = event.type === 'LimitHeld';
+      const place = { status: held ? ('holding' as const) : ('parked' as const), lease_id: held ? event.data.leaseId : null, since: event.data.at };
+      if (g.row !== null) Object.assign(g.row, place);
+      else g.row = { home: event.data.home, ...place, priority: event.data.priority, seq: revision };
+      return;
+    }
+    case 'LimitReleased':
+    case 'LimitLeft':
+      g.drop = true;
+      g.row = null;
+      return;
+  }
+};
+
 export const projectReadModels = (events: readonly ProjectedEvent[]): readonly Statement[] => {
   const jobs = new Map<string, JobChange>();
+  const guests = new Map<string, GuestChange>();
   const keys = new Map<string, { stream: string; key: string; concurrency_limit: number; lease_ms: number; updated_at: number }>();
   // The last pause or resume of each stream in the batch: the state it leaves is all that counts.
   const pauses = new Map<string, { stream: string; paused_at: number | null; paused_by: string | null; paused_reason: string | null }>();
@@ -262,6 +315,14 @@ export const projectReadModels = (events: readonly ProjectedEvent[]): readonly S
     if (event.type === 'KeyPaused' || event.type === 'KeyResumed') {
       const paused = event.type === 'KeyPaused';
       pauses.set(pe.stream, { stream: pe.stream, paused_at: paused ? event.data.at : null, paused_by: paused ? event.data.by : null, paused_reason: paused ? event.data.reason : null });
+      continue;
+    }
+    if (isGuestEvent(event)) {
+      // A guest's rows at its home (jl_jobs, jl_slots, jl_parked) follow its home stream's events.
+      const id = `${pe.stream}\u0000${event.data.jobId}`;
+      let g = guests.get(id);
+      if (g === undefined) guests.set(id, (g = { stream: pe.stream, key: pe.key, jobId: event.data.jobId, drop: false, row: null }));
+      foldGuest(g, event, pe.revision);
       continue;
     }
     const { jobId } = event.data;
@@ -286,7 +347,11 @@ export const projectReadModels = (events: readonly ProjectedEvent[]): readonly S
   if (patched.length > 0) out.push(statement(UPDATE_SLOTS_SQL, JSON.stringify(patched.map((c) => ({ job_id: c.jobId, ...c.slotPatch }))), patched.map((c) => c.jobId)));
   const dropParked = all.filter((c) => c.dropParked).map((c) => c.jobId);
   if (dropParked.length > 0) out.push(statement(DELETE_PARKED_SQL, dropParked));
-  add(UPSERT_PARKED_SQL, all.filter((c) => c.parkedAt !== null).map((c) => ({ job_id: c.jobId, parked_at: c.parkedAt })));
+  add(UPSERT_PARKED_SQL, all.filter((c) => c.parked !== null).map((c) => ({ job_id: c.jobId, parked_at: c.parked!.at, revision: c.parked!.revision })));
+  const visits = [...guests.values()];
+  const left = visits.filter((g) => g.drop);
+  if (left.length > 0) out.push(statement(DELETE_LIMIT_JOBS_SQL, JSON.stringify(left.map((g) => ({ stream: g.stream, job_id: g.jobId }))), left.map((g) => g.jobId)));
+  add(UPSERT_LIMIT_JOBS_SQL, visits.filter((g) => g.row !== null).map((g) => ({ stream: g.stream, key: g.key, job_id: g.jobId, ...g.row })));
   return out;
 };
 
@@ -296,7 +361,8 @@ export const projectReadModels = (events: readonly ProjectedEvent[]): readonly S
 // LATERAL, so each row is found by its primary key however big the table is. Epoch-ms times arrive as float8 and become timestamptz the same way
 // live and in a rebuild, so both write the same rows. In this order: jl_jobs before jl_parked (a
 // parked row takes its priority and seq from jl_jobs) and before the jl_slots deletes (a legacy
-// yield reads the slot it hands an attempt back for).
+// yield reads the slot it hands an attempt back for); jl_limit_jobs last (READ_MODEL_TABLES),
+// its deletes before its upserts (a guest that left and came back in the batch is a new row).
 
 export const UPSERT_KEYS_SQL = `
 INSERT INTO jl_keys (stream, key, concurrency_limit, lease_ms, updated_at)
@@ -312,13 +378,13 @@ WHERE k.stream = x.stream`;
 
 export const INSERT_JOBS_SQL = `
 INSERT INTO jl_jobs (job_id, stream, key, seq, name, queue, args, priority, status, attempts, max_attempts, lease_ms,
-                     enqueued_at, run_at, started_at, finished_at, last_error, finish_reason, worker_id, lease_id, updated_at)
+                     enqueued_at, run_at, started_at, finished_at, last_error, finish_reason, worker_id, lease_id, updated_at, limits)
 SELECT job_id, stream, key, seq, name, queue, coalesce(args, 'null'), priority, status, attempts, max_attempts, lease_ms,
-       ${ms('enqueued_at')}, ${ms('run_at')}, ${ms('started_at')}, ${ms('finished_at')}, last_error, finish_reason, worker_id, lease_id, ${ms('updated_at')}
+       ${ms('enqueued_at')}, ${ms('run_at')}, ${ms('started_at')}, ${ms('finished_at')}, last_error, finish_reason, worker_id, lease_id, ${ms('updated_at')}, limits
 FROM jsonb_to_recordset($1::jsonb) AS x (
   job_id text, stream text, key text, seq bigint, name text, queue text, args jsonb, priority bigint, status text, attempts int,
   max_attempts int, lease_ms int, enqueued_at float8, run_at float8, started_at float8, finished_at float8, last_error text,
-  finish_reason text, worker_id text, lease_id text, updated_at float8)`;
+  finish_reason text, worker_id text, lease_id text, updated_at float8, limits text[])`;
 
 const keep = (bit: number, column: string, value: string) => `${column} = CASE WHEN x.m & ${bit} <> 0 THEN ${value} ELSE j.${column} END`;
 
@@ -362,10 +428,26 @@ WHERE s.job_id = ANY ($2::text[]) AND s.job_id = x.job_id`;
 export const DELETE_PARKED_SQL = `DELETE FROM jl_parked WHERE job_id = ANY($1::text[])`;
 
 // The LEFT JOIN is on purpose: a parked job missing from jl_jobs would be a broken ledger, and
-// its NULL stream fails the NOT NULL constraint instead of being skipped.
+// its NULL stream fails the NOT NULL constraint instead of being skipped. A job under further
+// limits takes a new place at the back of its line each time it parks (key-state.ts JobParked):
+// the revision of its JobParked, not its enqueue order.
 export const UPSERT_PARKED_SQL = `
 INSERT INTO jl_parked (job_id, stream, key, priority, seq, parked_at)
-SELECT x.job_id, j.stream, j.key, j.priority, j.seq, ${ms('x.parked_at')}
-FROM jsonb_to_recordset($1::jsonb) AS x (job_id text, parked_at float8)
-LEFT JOIN LATERAL (SELECT stream, key, priority, seq FROM jl_jobs WHERE jl_jobs.job_id = x.job_id) j ON true
-ON CONFLICT (job_id) DO UPDATE SET parked_at = excluded.parked_at`;
+SELECT x.job_id, j.stream, j.key, j.priority, CASE WHEN j.limits IS NULL THEN j.seq ELSE x.revision END, ${ms('x.parked_at')}
+FROM jsonb_to_recordset($1::jsonb) AS x (job_id text, parked_at float8, revision bigint)
+LEFT JOIN LATERAL (SELECT stream, key, priority, seq, limits FROM jl_jobs WHERE jl_jobs.job_id = x.job_id) j ON true
+ON CONFLICT (job_id) DO UPDATE SET parked_at = excluded.parked_at, seq = excluded.seq`;
+
+// $2: the job ids of the rows, so the planner finds each through jl_limit_jobs_job (see above).
+export const DELETE_LIMIT_JOBS_SQL = `
+DELETE FROM jl_limit_jobs g
+USING jsonb_to_recordset($1::jsonb) AS x (stream text, job_id text)
+WHERE g.job_id = ANY ($2::text[]) AND g.job_id = x.job_id AND g.stream = x.stream`;
+
+// A guest with a row from before the batch keeps its place in line (priority, seq, home): only
+// where it is and since when change, as in the key's state.
+export const UPSERT_LIMIT_JOBS_SQL = `
+INSERT INTO jl_limit_jobs (stream, key, job_id, home, status, lease_id, since, priority, seq)
+SELECT stream, key, job_id, home, status, lease_id, ${ms('since')}, priority, seq
+FROM jsonb_to_recordset($1::jsonb) AS x (stream text, key text, job_id text, home text, status text, lease_id text, since float8, priority bigint, seq bigint)
+ON CONFLICT (stream, job_id) DO UPDATE SET status = excluded.status, lease_id = excluded.lease_id, since = excluded.since`;

@@ -13,6 +13,7 @@ import {
 } from '../../src/projections/dispatcher.js';
 import { isLedgerStream, keyOfStream, statement, type ProjectedEvent, type Projection, type Statement } from '../../src/projections/projection.js';
 import {
+  DELETE_LIMIT_JOBS_SQL,
   DELETE_PARKED_SQL,
   DELETE_SLOTS_SQL,
   INSERT_JOBS_SQL,
@@ -22,6 +23,7 @@ import {
   UPDATE_JOBS_SQL,
   UPDATE_SLOTS_SQL,
   UPSERT_KEYS_SQL,
+  UPSERT_LIMIT_JOBS_SQL,
   UPSERT_PARKED_SQL,
   createReadModelProjections,
   projectReadModels,
@@ -35,7 +37,7 @@ import { projectAll, toProjected } from '../../src/projections/runner.js';
 const at = Date.UTC(2030, 0, 1);
 const S = 1_000;
 
-/** One event of every type, as the decider emits them for job j1 (lease j1:1) on key k. */
+/** One event of every type, as the decider emits them for job j1 (lease j1:1) on key k; the Limit* ones for j1 of key h as a guest of k (its limit key). */
 const samples: { [T in KeyEventType]: EventOf<T> } = {
   KeyLimitSet: mk('KeyLimitSet', { limit: 2, leaseMs: 30_000, by: null, at }),
   JobEnqueued: mk('JobEnqueued', { jobId: 'j1', name: 'email', args: { to: ['a'] }, queue: 'mail', priority: -1, maxAttempts: 3, leaseMs: 10_000, runAt: null, at }),
@@ -58,6 +60,10 @@ const samples: { [T in KeyEventType]: EventOf<T> } = {
   ParkedReplaced: mk('ParkedReplaced', { jobId: 'j1', by: 'j2', at }),
   KeyPaused: mk('KeyPaused', { by: 'ops', reason: 'vendor outage', at }),
   KeyResumed: mk('KeyResumed', { by: 'ops', reason: null, at: at + S }),
+  LimitWaiting: mk('LimitWaiting', { jobId: 'j1', home: 'key:h', limits: ['k'], priority: -1, at }),
+  LimitHeld: mk('LimitHeld', { jobId: 'j1', home: 'key:h', limits: ['k'], priority: -1, leaseId: 'j1:1', waitedMs: 5, at: at + S }),
+  LimitReleased: mk('LimitReleased', { jobId: 'j1', leaseId: 'j1:1', reason: 'completed', at: at + 2 * S }),
+  LimitLeft: mk('LimitLeft', { jobId: 'j1', reason: 'cancelled by ops', at: at + S }),
 };
 const TYPES = Object.keys(samples) as KeyEventType[];
 
@@ -135,7 +141,11 @@ const expectWellFormed = (s: Statement) => {
 const rowsOf = (s: Statement | undefined, n = 0): Record<string, unknown>[] => JSON.parse(s!.values[n] as string);
 const find = (statements: readonly Statement[], text: string) => statements.filter((s) => s.text === text);
 
-const READ_MODEL_SQL = [UPSERT_KEYS_SQL, PAUSE_KEYS_SQL, INSERT_JOBS_SQL, UPDATE_JOBS_SQL, DELETE_SLOTS_SQL, INSERT_SLOTS_SQL, UPDATE_SLOTS_SQL, DELETE_PARKED_SQL, UPSERT_PARKED_SQL];
+const READ_MODEL_SQL = [
+  UPSERT_KEYS_SQL, PAUSE_KEYS_SQL, INSERT_JOBS_SQL, UPDATE_JOBS_SQL, DELETE_SLOTS_SQL, INSERT_SLOTS_SQL, UPDATE_SLOTS_SQL, DELETE_PARKED_SQL, UPSERT_PARKED_SQL,
+  DELETE_LIMIT_JOBS_SQL, UPSERT_LIMIT_JOBS_SQL,
+];
+const LIMIT_SQL = [DELETE_LIMIT_JOBS_SQL, UPSERT_LIMIT_JOBS_SQL];
 
 const readModels = (events: readonly ProjectedEvent[]) => projectReadModels(deepFreeze(events));
 const dispatch = (events: readonly ProjectedEvent[], queue: DispatchQueue = fakeQueue) => projectDispatch(queue, deepFreeze(events));
@@ -184,6 +194,15 @@ const lifeUpTo = (type: KeyEventType, stream: string): ProjectedEvent[] => {
     case 'KeyPaused':
     case 'KeyResumed':
       return b.tx(...head, samples.SlotAcquired).tx(samples.KeyPaused).tx(...(type === 'KeyResumed' ? [samples.KeyResumed] : [])).events;
+    // A guest's visit to the limit key k: it waits, then holds, until its home releases it (or it leaves the line).
+    case 'LimitWaiting':
+      return b.tx(samples.KeyLimitSet, samples.LimitWaiting).events;
+    case 'LimitHeld':
+      return b.tx(samples.KeyLimitSet, samples.LimitWaiting).tx(samples.LimitHeld).events;
+    case 'LimitReleased':
+      return b.tx(samples.KeyLimitSet, samples.LimitHeld).tx(samples.LimitReleased).events;
+    case 'LimitLeft':
+      return b.tx(samples.KeyLimitSet, samples.LimitWaiting).tx(samples.LimitLeft).events;
   }
 };
 
@@ -229,7 +248,7 @@ describe('read models', () => {
     expect(statements.map((s) => s.text)).toEqual([UPSERT_KEYS_SQL, INSERT_JOBS_SQL]);
     expect(rowsOf(statements[1])).toEqual([
       {
-        job_id: 'j1', stream: 'key:k', key: 'k', seq: 1, name: 'email', queue: 'mail', args: { to: ['a'] }, priority: -1, max_attempts: 3, lease_ms: 10_000, enqueued_at: at,
+        job_id: 'j1', stream: 'key:k', key: 'k', seq: 1, name: 'email', queue: 'mail', args: { to: ['a'] }, priority: -1, max_attempts: 3, lease_ms: 10_000, enqueued_at: at, limits: null,
         status: 'completed', attempts: 2, run_at: null, started_at: at + 5 * S, finished_at: at + 7 * S, last_error: 'boom', finish_reason: null,
         worker_id: 'w2', lease_id: null,
         // the renewal changes jl_slots only
@@ -285,8 +304,8 @@ describe('read models', () => {
     }
     events.sort((a, b) => Number(a.commit - b.commit));
     const statements = readModels(events);
-    // No pause or resume in this batch: every statement but PAUSE_KEYS_SQL.
-    expect(statements.map((s) => s.text)).toEqual(READ_MODEL_SQL.filter((text) => text !== PAUSE_KEYS_SQL));
+    // No pause or resume and no guest in this batch: every statement but PAUSE_KEYS_SQL and jl_limit_jobs'.
+    expect(statements.map((s) => s.text)).toEqual(READ_MODEL_SQL.filter((text) => text !== PAUSE_KEYS_SQL && !LIMIT_SQL.includes(text)));
     statements.forEach(expectWellFormed);
     const [keys, inserted, updated, droppedSlots, slots, patched, droppedParked, parked] = statements;
     expect(rowsOf(keys).map((r) => r.stream).sort()).toEqual(['key:k0', 'key:k1', 'key:k2', 'key:k3', 'key:k4', 'key:k5', 'key:k6']);
@@ -325,7 +344,9 @@ describe('read models', () => {
 
   it('parking: parked in the batch and still parked is an upsert; parked before and promoted is a delete; parked and promoted within the batch is neither', () => {
     const parked = readModels(batchOn().tx(samples.JobYielded, samples.SlotReleased, samples.JobParked).events);
-    expect(find(parked, UPSERT_PARKED_SQL).map((s) => rowsOf(s))).toEqual([[{ job_id: 'j1', parked_at: at }]]);
+    // With the JobParked's revision: a job under further limits takes that place in line, any other keeps its enqueue order.
+    expect(find(parked, UPSERT_PARKED_SQL).map((s) => rowsOf(s))).toEqual([[{ job_id: 'j1', parked_at: at, revision: 2 }]]);
+    expect(UPSERT_PARKED_SQL).toContain('CASE WHEN j.limits IS NULL THEN j.seq ELSE x.revision END');
     expect(find(parked, DELETE_PARKED_SQL)).toEqual([]);
     const promoted = readModels(batchOn().tx(samples.JobPromoted).events);
     expect(find(promoted, DELETE_PARKED_SQL).map((s) => s.values)).toEqual([[['j1']]]);
@@ -361,15 +382,71 @@ describe('read models', () => {
     expect(readModels(batchOn('job:j1').tx(samples.KeyLimitSet).events)).toEqual([]);
   });
 
+  it('a job under further limits records them in jl_jobs.limits; under none (absent or empty), null', () => {
+    const limited = readModels(batchOn('key:h').tx(mk('JobEnqueued', { ...samples.JobEnqueued.data, limits: ['k', 'm'] }), samples.JobParked).events);
+    expect(rowsOf(find(limited, INSERT_JOBS_SQL)[0])[0]).toMatchObject({ job_id: 'j1', stream: 'key:h', limits: ['k', 'm'], status: 'parked' });
+    for (const limits of [undefined, []]) {
+      const enqueued = mk('JobEnqueued', { ...samples.JobEnqueued.data, ...(limits === undefined ? {} : { limits }) });
+      expect(rowsOf(find(readModels(batchOn().tx(enqueued, samples.SlotAcquired).events), INSERT_JOBS_SQL)[0])[0]).toMatchObject({ limits: null });
+    }
+  });
+
+  it("a guest's events write jl_limit_jobs only (its home's events write its other rows): a wait is an upsert of its place in line, at the event's revision", () => {
+    const statements = readModels(batchOn('key:k', 4).tx(samples.LimitWaiting).events);
+    expect(statements.map((s) => s.text)).toEqual([UPSERT_LIMIT_JOBS_SQL]);
+    expect(rowsOf(statements[0])).toEqual([{ stream: 'key:k', key: 'k', job_id: 'j1', home: 'key:h', status: 'parked', lease_id: null, since: at, priority: -1, seq: 4 }]);
+    // A hold of a guest the batch has not seen (it may wait in a row from before the batch): an
+    // upsert too, which keeps that row's priority and seq (ON CONFLICT sets only where it is and since when).
+    const held = readModels(batchOn('key:k', 9).tx(samples.LimitHeld).events);
+    expect(held.map((s) => s.text)).toEqual([UPSERT_LIMIT_JOBS_SQL]);
+    expect(rowsOf(held[0])).toEqual([{ stream: 'key:k', key: 'k', job_id: 'j1', home: 'key:h', status: 'holding', lease_id: 'j1:1', since: at + S, priority: -1, seq: 9 }]);
+    expect(UPSERT_LIMIT_JOBS_SQL).toMatch(/ON CONFLICT \(stream, job_id\) DO UPDATE SET status = excluded.status, lease_id = excluded.lease_id, since = excluded.since$/);
+  });
+
+  it('a guest waiting then held in one batch keeps the seq of its wait; released or leaving, its row goes (by stream and job: it may be a guest of other keys too)', () => {
+    const through = readModels(batchOn('key:k', 4).tx(samples.LimitWaiting).tx(samples.LimitHeld).events);
+    expect(through.map((s) => s.text)).toEqual([UPSERT_LIMIT_JOBS_SQL]);
+    expect(rowsOf(through[0])).toEqual([expect.objectContaining({ status: 'holding', lease_id: 'j1:1', since: at + S, seq: 4 })]);
+    for (const event of [samples.LimitReleased, samples.LimitLeft]) {
+      const gone = readModels(batchOn('key:k').tx(event).events);
+      expect(gone.map((s) => s.text)).toEqual([DELETE_LIMIT_JOBS_SQL]);
+      expect(rowsOf(gone[0])).toEqual([{ stream: 'key:k', job_id: 'j1' }]);
+      expect(gone[0]!.values[1]).toEqual(['j1']);
+    }
+    // A whole visit in the batch: the row goes (a row from before the batch could have been its wait), none is written.
+    const visit = readModels(batchOn('key:k', 4).tx(samples.LimitWaiting).tx(samples.LimitHeld).tx(samples.LimitReleased).events);
+    expect(visit.map((s) => s.text)).toEqual([DELETE_LIMIT_JOBS_SQL]);
+  });
+
+  it('a guest released and back in the same batch (a retry parks it again): the old row goes, a new one takes a new place in line', () => {
+    const statements = readModels(
+      batchOn('key:k', 4)
+        .tx(samples.LimitHeld)
+        .tx(samples.LimitReleased, mk('LimitWaiting', { ...samples.LimitWaiting.data, at: at + 2 * S }))
+        .events,
+    );
+    expect(statements.map((s) => s.text)).toEqual([DELETE_LIMIT_JOBS_SQL, UPSERT_LIMIT_JOBS_SQL]);
+    expect(rowsOf(statements[1])).toEqual([{ stream: 'key:k', key: 'k', job_id: 'j1', home: 'key:h', status: 'parked', lease_id: null, since: at + 2 * S, priority: -1, seq: 6 }]);
+    // Guests of two keys and two jobs: one statement per table, a row per key and job.
+    const two = [
+      ...batchOn('key:k', 0).tx(samples.LimitHeld, mk('LimitWaiting', { ...samples.LimitWaiting.data, jobId: 'j2' })).events,
+      ...batchOn('key:m', 0, 101n).tx(mk('LimitHeld', { ...samples.LimitHeld.data, limits: ['k', 'm'] })).tx(samples.LimitReleased).events,
+    ];
+    const both = readModels(two);
+    expect(both.map((s) => s.text)).toEqual([DELETE_LIMIT_JOBS_SQL, UPSERT_LIMIT_JOBS_SQL]);
+    expect(rowsOf(both[0])).toEqual([{ stream: 'key:m', job_id: 'j1' }]);
+    expect(rowsOf(both[1]).map((r) => [r.stream, r.job_id, r.status])).toEqual([['key:k', 'j1', 'holding'], ['key:k', 'j2', 'parked']]);
+  });
+
   it('jl_keys takes the last limit of the batch', () => {
     const statements = readModels(batchOn().tx(samples.KeyLimitSet).tx(mk('KeyLimitSet', { limit: 5, leaseMs: 9_000, by: 'ops', at: at + S })).events);
     expect(statements.map((s) => rowsOf(s))).toEqual([[{ stream: 'key:k', key: 'k', concurrency_limit: 5, lease_ms: 9_000, updated_at: at + S }]]);
   });
 
-  it('an empty batch is no statement; the projection is rebuildable over the four jl_ tables in write order, for key and job streams only', () => {
+  it('an empty batch is no statement; the projection is rebuildable over the five jl_ tables in write order, for key and job streams only', () => {
     expect(readModels([])).toEqual([]);
     const p = createReadModelProjections();
-    expect(p.rebuild?.tables).toEqual(['jl_keys', 'jl_jobs', 'jl_slots', 'jl_parked']);
+    expect(p.rebuild?.tables).toEqual(['jl_keys', 'jl_jobs', 'jl_slots', 'jl_parked', 'jl_limit_jobs']);
     expect(p.rebuild?.tables).toEqual(READ_MODEL_TABLES);
     expect(['key:a', 'job:b', 'queue:c', 'other'].map(p.handles)).toEqual([true, true, false, false]);
   });
@@ -455,7 +532,7 @@ describe('dispatcher', () => {
   });
 
   it('every other event asks nothing of the queue', () => {
-    for (const type of ['KeyLimitSet', 'JobEnqueued', 'JobParked', 'JobScheduled', 'JobCompleted', 'JobFailed', 'JobDead', 'JobYielded', 'JobCancelled', 'ParkedDiscarded'] as const) {
+    for (const type of ['KeyLimitSet', 'JobEnqueued', 'JobParked', 'JobScheduled', 'JobCompleted', 'JobFailed', 'JobDead', 'JobYielded', 'JobCancelled', 'ParkedDiscarded', 'LimitWaiting', 'LimitHeld', 'LimitReleased', 'LimitLeft'] as const) {
       expect(dispatch(batchOn().tx(samples[type]).events)).toEqual([]);
     }
   });

@@ -16,30 +16,42 @@ type Db = Pick<pg.ClientBase, 'query'>;
 /** What the read models and the folded state must agree on, for one stream. */
 export interface KeyView {
   readonly limit: number | null;
-  /** expiresAt: null for an admission no worker has started (it never expires). */
+  /** The stream's own holders (a guest's slot is in `guests`). expiresAt: null for an admission no worker has started (it never expires). */
   readonly holders: readonly { jobId: string; leaseId: string; acquiredAt: number; expiresAt: number | null; workerId: string | null }[];
-  /** In promotion order. */
+  /** Its own parked jobs and its parked guests, in promotion order (one line). */
   readonly parked: readonly string[];
   readonly scheduled: readonly { jobId: string; runAt: number }[];
-  /** Unfinished jobs: status (running = holding and started under its lease) and attempts so far. */
+  /** Unfinished jobs of its own: status (running = holding and started under its lease) and attempts so far. */
   readonly jobs: Readonly<Record<string, { status: string; attempts: number }>>;
+  /** Jobs of other streams under its limit (jl_limit_jobs), by job id. */
+  readonly guests: readonly { jobId: string; home: string; status: string; leaseId: string | null; since: number }[];
 }
 
 const byJob = <T extends { jobId: string }>(a: T, b: T) => (a.jobId < b.jobId ? -1 : a.jobId > b.jobId ? 1 : 0);
 
-export const viewOfState = (state: KeyState, keyed: boolean): KeyView => ({
-  limit: keyed && state.limit > 0 ? state.limit : null,
-  holders: holders(state)
-    .map((j) => ({ jobId: j.jobId, leaseId: j.lease!.leaseId, acquiredAt: j.lease!.acquiredAt, expiresAt: j.lease!.expiresAt, workerId: j.lease!.workerId }))
-    .sort(byJob),
-  parked: parkedInOrder(state).map((j) => j.jobId),
-  scheduled: jobsIn(state, 'scheduled')
-    .map((j) => ({ jobId: j.jobId, runAt: j.runAt! }))
-    .sort(byJob),
-  jobs: Object.fromEntries(
-    Object.entries(state.jobs).map(([id, j]) => [id, { status: j.status === 'holding' && j.lease?.workerId != null ? 'running' : j.status, attempts: j.attempts }]),
-  ),
-});
+export const viewOfState = (state: KeyState, keyed: boolean): KeyView => {
+  const own = (j: { home?: string }) => j.home === undefined;
+  return {
+    limit: keyed && state.limit > 0 ? state.limit : null,
+    holders: holders(state)
+      .filter(own)
+      .map((j) => ({ jobId: j.jobId, leaseId: j.lease!.leaseId, acquiredAt: j.lease!.acquiredAt, expiresAt: j.lease!.expiresAt, workerId: j.lease!.workerId }))
+      .sort(byJob),
+    parked: parkedInOrder(state).map((j) => j.jobId),
+    scheduled: jobsIn(state, 'scheduled')
+      .map((j) => ({ jobId: j.jobId, runAt: j.runAt! }))
+      .sort(byJob),
+    jobs: Object.fromEntries(
+      Object.entries(state.jobs)
+        .filter(([, j]) => own(j))
+        .map(([id, j]) => [id, { status: j.status === 'holding' && j.lease?.workerId != null ? 'running' : j.status, attempts: j.attempts }]),
+    ),
+    guests: Object.entries(state.jobs)
+      .filter(([, j]) => !own(j))
+      .map(([jobId, j]) => ({ jobId, home: j.home!, status: j.status, leaseId: j.lease?.leaseId ?? null, since: j.lease?.acquiredAt ?? j.parkedAt! }))
+      .sort(byJob),
+  };
+};
 
 export const eventsOf = (pool: pg.Pool, stream: string): Promise<RecordedEvent[]> => new PostgresEventStore(pool).readStream(stream);
 
@@ -52,18 +64,25 @@ const t = (d: Date | null): number | null => (d === null ? null : d.getTime());
 export const readModelView = async (db: Db, stream: string): Promise<KeyView> => {
   const keys = await db.query(`SELECT concurrency_limit FROM jl_keys WHERE stream = $1`, [stream]);
   const slots = await db.query(`SELECT job_id, lease_id, acquired_at, expires_at, worker_id FROM jl_slots WHERE stream = $1 ORDER BY job_id COLLATE "C"`, [stream]);
-  const parked = await db.query(`SELECT job_id FROM jl_parked WHERE stream = $1 ORDER BY priority, seq`, [stream]);
+  const parked = await db.query(
+    `SELECT job_id FROM (SELECT job_id, priority, seq FROM jl_parked WHERE stream = $1
+                         UNION ALL SELECT job_id, priority, seq FROM jl_limit_jobs WHERE stream = $1 AND status = 'parked') p
+     ORDER BY priority, seq`,
+    [stream],
+  );
   const scheduled = await db.query(`SELECT job_id, run_at FROM jl_jobs WHERE stream = $1 AND run_at IS NOT NULL ORDER BY job_id COLLATE "C"`, [stream]);
   const active = await db.query(
     `SELECT job_id, status, attempts FROM jl_jobs WHERE stream = $1 AND status IN ('pending', 'scheduled', 'parked', 'holding', 'running')`,
     [stream],
   );
+  const guests = await db.query(`SELECT job_id, home, status, lease_id, since FROM jl_limit_jobs WHERE stream = $1 ORDER BY job_id COLLATE "C"`, [stream]);
   return {
     limit: keys.rows[0]?.concurrency_limit ?? null,
     holders: slots.rows.map((r) => ({ jobId: r.job_id, leaseId: r.lease_id, acquiredAt: t(r.acquired_at)!, expiresAt: t(r.expires_at), workerId: r.worker_id })),
     parked: parked.rows.map((r) => r.job_id),
     scheduled: scheduled.rows.map((r) => ({ jobId: r.job_id, runAt: t(r.run_at)! })),
     jobs: Object.fromEntries(active.rows.map((r) => [r.job_id, { status: r.status, attempts: r.attempts }])),
+    guests: guests.rows.map((r) => ({ jobId: r.job_id, home: r.home, status: r.status, leaseId: r.lease_id, since: t(r.since)! })),
   };
 };
 
@@ -83,6 +102,7 @@ export const READ_MODEL_KEYS = [
   ['jl_jobs', 'job_id'],
   ['jl_slots', 'job_id'],
   ['jl_parked', 'job_id'],
+  ['jl_limit_jobs', 'stream, job_id'],
 ] as const;
 
 /** Every row of the read models (and jl_key_stats), in primary-key order. */
@@ -176,7 +196,8 @@ export const expectedMessages = async (db: Db, options: { readonly batches?: rea
     let state = states.get(r.stream);
     if (state === undefined) states.set(r.stream, (state = draftOf(initialKeyState)));
     apply(state, e);
-    if (e.type === 'KeyLimitSet' || e.type === 'KeyPaused' || e.type === 'KeyResumed') continue;
+    // A limit key's events about its guests: the job's attempts and admissions are its home's.
+    if (e.type === 'KeyLimitSet' || e.type === 'KeyPaused' || e.type === 'KeyResumed' || e.type === 'LimitWaiting' || e.type === 'LimitHeld' || e.type === 'LimitReleased' || e.type === 'LimitLeft') continue;
     const { jobId } = e.data;
     if (e.type === 'JobEnqueued') enqueued.set(jobId, { name: e.data.name, args: e.data.args ?? null, queue: e.data.queue, leaseMs: e.data.leaseMs });
     if (e.type === 'JobStarted') startedIn.add(`${r.position.commit}/${e.data.leaseId}`);
@@ -291,12 +312,14 @@ export const manualClock = (start = Date.UTC(2030, 0, 1)) => {
  * failures, yields, cancels, discards, limit changes, pauses and resumes, revocations, lease expiry
  * and due admissions, with the clock moving on. Refused commands (stale leases...) are part of the run. With `pool`, most starts
  * name the lease's dispatch message when it is in the queue (as a worker's read does), so its
- * renewals and release move and archive it.
+ * renewals and release move and archive it. With `limitKeys` (keys of their own, limit 2, never
+ * among `keys`), some jobs are also under one or two of them (enqueue `limits`); commands go to
+ * a job's home, so a key's guests are never picked for them.
  */
 export const randomRun = async (
   ledger: Ledger,
   clock: ReturnType<typeof manualClock>,
-  options: { readonly seed: number; readonly steps: number; readonly keys: readonly string[]; readonly prefix: string; readonly pool?: pg.Pool },
+  options: { readonly seed: number; readonly steps: number; readonly keys: readonly string[]; readonly prefix: string; readonly pool?: pg.Pool; readonly limitKeys?: readonly string[] },
 ): Promise<void> => {
   const r = prng(options.seed);
   let n = 0;
@@ -314,8 +337,15 @@ export const randomRun = async (
     const key = r.pick(options.keys)!;
     const stream = keyStream(key);
     const { state } = await ledger.keyState(key);
-    const held = holders(state);
-    const parked = jobsIn(state, 'parked');
+    const own = (j: { home?: string }) => j.home === undefined;
+    const held = holders(state).filter(own);
+    const parked = jobsIn(state, 'parked').filter(own);
+    const limitKeys = options.limitKeys ?? [];
+    const limits = () => {
+      if (limitKeys.length === 0 || r.next() < 0.6) return {};
+      const picked = [...new Set([r.pick(limitKeys)!, ...(r.next() < 0.3 ? [r.pick(limitKeys)!] : [])])];
+      return { limits: picked.map((k) => ({ key: k, limit: 2 })) };
+    };
     const run = (command: Command) => ledger.execute(stream, command);
     // Some completions and failures hand the freed slot straight to a worker (direct handoff).
     const handOff = () => (r.next() < 0.4 ? { handOffTo: { workerId: `w${r.int(3)}`, queue: r.pick(['default', 'other'])! } } : {});
@@ -333,6 +363,7 @@ export const randomRun = async (
         ...(r.next() < 0.1 ? { limit: 1 + r.int(3), ownsLimit: true } : {}),
         ...(r.next() < 0.2 ? { leaseMs: 1_000 + r.int(5_000) } : {}),
         ...(r.next() < 0.15 ? { whenFull: r.pick(['reject', 'replace'] as const)! } : {}),
+        ...limits(),
       }));
       await ledger.enqueueMany(jobs);
     } else if (roll < 0.55) {
@@ -357,7 +388,7 @@ export const randomRun = async (
       clock.advance(r.int(25_000));
       await run({ type: 'AdmitDue' });
     } else if (roll < 0.94) {
-      const job = r.pick(Object.keys(state.jobs));
+      const job = r.pick(Object.keys(state.jobs).filter((id) => own(state.jobs[id]!)));
       if (job) await run({ type: 'Cancel', jobId: job, by: 'ops' });
     } else if (roll < 0.96) {
       const job = r.pick(parked);

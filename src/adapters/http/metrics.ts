@@ -33,6 +33,10 @@ export const registerMetrics = (app: FastifyInstance, ledger: Ledger, db: Querya
     gauge('slots_held', 'Slots held now (one per holder and lease).', [], (g, f) => g.set(f.slotsHeld)),
     gauge('slots_lease_expired', 'Held slots whose lease has run out, not yet reclaimed by the sweeper.', [], (g, f) => g.set(f.slotsExpired)),
     gauge('parked_jobs', 'Jobs parked, waiting for a slot of their key.', [], (g, f) => g.set(f.parked)),
+    gauge('limit_guests', 'Jobs under the limit of a key other than their own (stacked limits), one per job and limit key, over all keys: holding one of its slots, or parked in its line.', ['state'], (g, f) => {
+      g.set({ state: 'holding' }, f.guestsHolding);
+      g.set({ state: 'parked' }, f.guestsParked);
+    }),
     gauge('oldest_parked_age_seconds', 'How long the longest-waiting parked job has waited (0 when none).', [], (g, f) => g.set(f.oldestParkedSeconds)),
     gauge('jobs', 'Jobs by status (jobs read model).', ['status'], (g, f) => {
       // Every status, 0 included, so a rate or an alert on one never sees its series vanish.

@@ -7,6 +7,7 @@ import { jobListing } from './migrations/0004-job-listing.js';
 import { setBasedWrites } from './migrations/0005-set-based-writes.js';
 import { quarantine } from './migrations/0006-quarantine.js';
 import { pausedKeys } from './migrations/0007-paused-keys.js';
+import { limitKeys } from './migrations/0008-limit-keys.js';
 
 export interface Migration {
   /** Applied in increasing order; never renumber or edit one that has shipped, append a new one. */
@@ -16,7 +17,7 @@ export interface Migration {
   readonly sql: string;
 }
 
-export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys];
+export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys];
 
 /**
  * Applies the pending migrations, all in one transaction: a process sees the whole schema or the

@@ -1,4 +1,4 @@
-import { keyStream } from '../../../domain/streams.js';
+import { KEY_STREAM_PREFIX, keyStream } from '../../../domain/streams.js';
 import { Key, checkField } from '../../../domain/values.js';
 import type { Queryable } from '../../../projections/runner.js';
 import { leaseStateOf } from './list-keys.js';
@@ -19,6 +19,22 @@ export interface Holder {
   readonly attempt: number | null;
   /** unstarted: admitted, no worker has started it (no expiry); expired: its lease ran out by now (not yet reclaimed); live otherwise. */
   readonly leaseState: 'live' | 'expired' | 'unstarted';
+  /**
+   * For a guest (a job of another stream under this key's limit): the key of its home, or its own
+   * stream (job:<jobId>) for a job without a key; null for the key's own jobs. A guest's lease,
+   * worker and attempt are its home's.
+   */
+  readonly home: string | null;
+  /** The job's further limit keys besides its own key ([] when none); a guest's include this key. */
+  readonly limits: string[];
+}
+
+/** A limit a parked job waits on besides this key: full (inUse >= limit) or paused. */
+export interface BlockingLimit {
+  readonly key: string;
+  readonly limit: number;
+  readonly inUse: number;
+  readonly paused: boolean;
 }
 
 export interface ParkedJob {
@@ -26,6 +42,12 @@ export interface ParkedJob {
   readonly name: string;
   readonly priority: number;
   readonly parkedAt: number;
+  /** As Holder.home. */
+  readonly home: string | null;
+  /** As Holder.limits. */
+  readonly limits: string[];
+  /** Every OTHER limit of the job (a guest's home key, its further limits) that is full or paused now: what it waits on besides this key. */
+  readonly waitsOn: BlockingLimit[];
 }
 
 export interface ScheduledJob {
@@ -39,9 +61,9 @@ export interface KeyDetail {
   readonly key: string;
   readonly limit: number;
   readonly leaseMs: number;
-  /** Oldest admission first. */
+  /** Oldest admission first; the key's own jobs and its guests. */
   readonly holders: Holder[];
-  /** In promotion order: priority, then enqueue order. */
+  /** In promotion order: priority, then the order they joined the line in (own jobs and guests merged). */
   readonly parked: ParkedJob[];
   /** Soonest first. */
   readonly scheduled: ScheduledJob[];
@@ -52,24 +74,64 @@ export interface KeyDetail {
 }
 
 // One statement, so holders, parked and scheduled jobs come from one snapshot: a job promoted
-// between two separate reads would show up twice or not at all.
+// between two separate reads would show up twice or not at all. The same goes for the other keys
+// a parked job waits on: read in the same snapshot, each once however many jobs wait on it.
+const homeKey = (stream: string) =>
+  `CASE WHEN ${stream} LIKE '${KEY_STREAM_PREFIX}%' THEN substr(${stream}, ${KEY_STREAM_PREFIX.length + 1}) ELSE ${stream} END`;
+
 const SQL = /* sql */ `
+WITH parked AS MATERIALIZED (
+  SELECT p.job_id, p.priority, p.seq, p.parked_at, NULL::text AS home FROM jl_parked p WHERE p.stream = $1
+  UNION ALL
+  SELECT g.job_id, g.priority, g.seq, g.since, g.home FROM jl_limit_jobs g WHERE g.stream = $1 AND g.status = 'parked'
+),
+-- Each parked job's other limits, in the order the job names them: a guest's home, then its limit keys.
+others AS MATERIALIZED (
+  SELECT p.job_id, o.stream, o.n
+  FROM parked p
+  JOIN jl_jobs j USING (job_id)
+  CROSS JOIN LATERAL (
+    SELECT p.home AS stream, 0::bigint AS n WHERE p.home IS NOT NULL
+    UNION ALL
+    SELECT '${KEY_STREAM_PREFIX}' || u.key, u.n FROM unnest(j.limits) WITH ORDINALITY AS u (key, n)
+  ) o
+  WHERE o.stream <> $1
+),
+blocking AS MATERIALIZED (
+  SELECT ks.stream, ks.key, ks.concurrency_limit, ks.in_use, ks.paused_at IS NOT NULL AS paused
+  FROM jl_key_stats ks
+  WHERE ks.stream IN (SELECT stream FROM others) AND (ks.in_use >= ks.concurrency_limit OR ks.paused_at IS NOT NULL)
+),
+waits AS (
+  SELECT o.job_id, json_agg(json_build_object('key', b.key, 'limit', b.concurrency_limit, 'inUse', b.in_use, 'paused', b.paused) ORDER BY o.n) AS waits_on
+  FROM others o JOIN blocking b USING (stream)
+  GROUP BY o.job_id
+)
 SELECT k.key,
        k.concurrency_limit AS "limit",
        k.lease_ms AS "leaseMs",
        coalesce((
          SELECT json_agg(json_build_object(
-                  'jobId', s.job_id, 'name', j.name, 'leaseId', s.lease_id, 'how', s.how,
-                  'acquiredAt', ${epochMs('s.acquired_at')}, 'expiresAt', ${epochMs('s.expires_at')},
-                  'workerId', s.worker_id, 'startedAt', ${epochMs('s.started_at')}, 'attempt', s.attempt)
-                ORDER BY s.acquired_at, s.job_id)
-         FROM jl_slots s JOIN jl_jobs j USING (job_id)
-         WHERE s.stream = k.stream), '[]') AS holders,
+                  'jobId', h.job_id, 'name', j.name, 'leaseId', h.lease_id, 'how', h.how,
+                  'acquiredAt', ${epochMs('h.acquired_at')}, 'expiresAt', ${epochMs('h.expires_at')},
+                  'workerId', h.worker_id, 'startedAt', ${epochMs('h.started_at')}, 'attempt', h.attempt,
+                  'home', ${homeKey('h.home')}, 'limits', coalesce(j.limits, '{}'))
+                ORDER BY h.acquired_at, h.job_id)
+         FROM (
+           SELECT s.job_id, s.lease_id, s.how, s.acquired_at, s.expires_at, s.worker_id, s.started_at, s.attempt, NULL::text AS home
+           FROM jl_slots s WHERE s.stream = k.stream
+           UNION ALL
+           -- A guest holds under its home's lease: its start, worker and expiry are the home slot's.
+           SELECT g.job_id, g.lease_id, s.how, g.since, s.expires_at, s.worker_id, s.started_at, s.attempt, g.home
+           FROM jl_limit_jobs g JOIN jl_slots s ON s.job_id = g.job_id
+           WHERE g.stream = k.stream AND g.status = 'holding'
+         ) h JOIN jl_jobs j USING (job_id)), '[]') AS holders,
        coalesce((
-         SELECT json_agg(json_build_object('jobId', p.job_id, 'name', j.name, 'priority', p.priority, 'parkedAt', ${epochMs('p.parked_at')})
+         SELECT json_agg(json_build_object(
+                  'jobId', p.job_id, 'name', j.name, 'priority', p.priority, 'parkedAt', ${epochMs('p.parked_at')},
+                  'home', ${homeKey('p.home')}, 'limits', coalesce(j.limits, '{}'), 'waitsOn', coalesce(w.waits_on, '[]'))
                 ORDER BY p.priority, p.seq)
-         FROM jl_parked p JOIN jl_jobs j USING (job_id)
-         WHERE p.stream = k.stream), '[]') AS parked,
+         FROM parked p JOIN jl_jobs j USING (job_id) LEFT JOIN waits w USING (job_id)), '[]') AS parked,
        coalesce((
          SELECT json_agg(json_build_object('jobId', j.job_id, 'name', j.name, 'runAt', ${epochMs('j.run_at')}, 'attempts', j.attempts)
                 ORDER BY j.run_at, j.seq)

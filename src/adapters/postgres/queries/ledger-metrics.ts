@@ -13,15 +13,22 @@ export interface ProjectionLag {
 
 export interface LedgerMetrics {
   readonly keys: number;
+  /** Keys whose slots are all held, by their own jobs and their guests. */
   readonly keysAtLimit: number;
   /** Streams (keys, and jobs without a key) with an event some reader cannot decode (jl_quarantined). */
   readonly quarantinedStreams: number;
   /** Keys an operator paused (jl_keys.paused_at): nothing new is admitted on them. */
   readonly pausedKeys: number;
+  /** Slots held at the jobs' homes, one per holding job (a job also holding slots of limit keys is counted once: see guestsHolding). */
   readonly slotsHeld: number;
   /** Held slots whose lease has run out (the sweeper has not reclaimed them yet). */
   readonly slotsExpired: number;
+  /** Parked jobs, each once at its home (see guestsParked). */
   readonly parked: number;
+  /** Slots of limit keys held by jobs of other streams (jl_limit_jobs): one per job and limit key, a total over all keys. */
+  readonly guestsHolding: number;
+  /** Places in limit keys' lines taken by jobs of other streams: one per job and limit key, a total over all keys. */
+  readonly guestsParked: number;
   /** How long the longest-parked job has waited (0 when nothing is parked). */
   readonly oldestParkedSeconds: number;
   readonly jobsByStatus: Readonly<Record<string, number>>;
@@ -40,6 +47,8 @@ SELECT
   (SELECT count(*) FROM jl_slots WHERE expires_at <= statement_timestamp())::int AS slots_expired,
   (SELECT count(*) FROM jl_parked)::int AS parked,
   coalesce((SELECT extract(epoch FROM statement_timestamp() - min(parked_at)) FROM jl_parked), 0)::float8 AS oldest_parked_seconds,
+  guests.holding AS guests_holding,
+  guests.parked AS guests_parked,
   (SELECT coalesce(jsonb_object_agg(status, n), '{}') FROM (SELECT status, count(*)::int AS n FROM jl_jobs GROUP BY status) s) AS jobs_by_status,
   (SELECT coalesce(array_agg(name ORDER BY name), '{}') FROM queues) AS queues,
   (SELECT coalesce(jsonb_agg(jsonb_build_object('projection', p.name, 'events', lag.events, 'seconds', lag.seconds) ORDER BY p.name), '[]')
@@ -50,7 +59,8 @@ SELECT
             coalesce(extract(epoch FROM statement_timestamp() - min(e.created)), 0)::float8 AS seconds
      FROM events e
      WHERE (e.transaction_id, e.global_position) > (coalesce(c.commit, 0)::text::xid8, coalesce(c.prepare, 0)::bigint)
-   ) lag) AS projection_lag`;
+   ) lag) AS projection_lag
+FROM (SELECT count(*) FILTER (WHERE status = 'holding')::int AS holding, count(*) FILTER (WHERE status = 'parked')::int AS parked FROM jl_limit_jobs) guests`;
 
 interface Row {
   keys: number;
@@ -60,6 +70,8 @@ interface Row {
   slots_held: number;
   slots_expired: number;
   parked: number;
+  guests_holding: number;
+  guests_parked: number;
   oldest_parked_seconds: number;
   jobs_by_status: Record<string, number>;
   queues: string[];
@@ -82,6 +94,8 @@ export const readLedgerMetrics = async (db: Queryable, asyncProjections: readonl
     slotsHeld: r.slots_held,
     slotsExpired: r.slots_expired,
     parked: r.parked,
+    guestsHolding: r.guests_holding,
+    guestsParked: r.guests_parked,
     oldestParkedSeconds: r.oldest_parked_seconds,
     jobsByStatus: r.jobs_by_status,
     queues: r.queues,

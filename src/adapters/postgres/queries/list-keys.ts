@@ -8,7 +8,9 @@ export type LeaseState = 'live' | 'expired' | 'unstarted' | 'none';
 export interface KeyRow {
   readonly key: string;
   readonly limit: number;
+  /** Slots held by the key's own jobs and by its guests (jobs of other streams under its limit). */
   readonly inUse: number;
+  /** Jobs waiting in its line, its own and its guests. */
   readonly parked: number;
   readonly scheduled: number;
   readonly oldestParkedAt: number | null;

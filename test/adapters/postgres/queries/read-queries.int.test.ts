@@ -60,12 +60,12 @@ describe('keyDetail()', () => {
       limit: 2,
       leaseMs: 30 * SEC,
       holders: [
-        { jobId: 'b2', name: 'sync', leaseId: 'b2:2', how: 'acquired', acquiredAt: T0, expiresAt: null, workerId: null, startedAt: null, attempt: null, leaseState: 'unstarted' },
-        { jobId: 'b4', name: 'report', leaseId: 'b4:3', how: 'promoted', acquiredAt: T0 + 4 * SEC, expiresAt: null, workerId: null, startedAt: null, attempt: null, leaseState: 'unstarted' },
+        { jobId: 'b2', name: 'sync', leaseId: 'b2:2', how: 'acquired', acquiredAt: T0, expiresAt: null, workerId: null, startedAt: null, attempt: null, leaseState: 'unstarted', home: null, limits: [] },
+        { jobId: 'b4', name: 'report', leaseId: 'b4:3', how: 'promoted', acquiredAt: T0 + 4 * SEC, expiresAt: null, workerId: null, startedAt: null, attempt: null, leaseState: 'unstarted', home: null, limits: [] },
       ],
       parked: [
-        { jobId: 'b5', name: 'sync', priority: 3, parkedAt: T0 + 2 * SEC },
-        { jobId: 'b3', name: 'sync', priority: 5, parkedAt: T0 + SEC },
+        { jobId: 'b5', name: 'sync', priority: 3, parkedAt: T0 + 2 * SEC, home: null, limits: [], waitsOn: [] },
+        { jobId: 'b3', name: 'sync', priority: 5, parkedAt: T0 + SEC, home: null, limits: [], waitsOn: [] },
       ],
       scheduled: [{ jobId: 'b6', name: 'later', runAt: T0 + 62 * SEC, attempts: 0 }],
       quarantine: null,
@@ -74,7 +74,7 @@ describe('keyDetail()', () => {
   });
 
   it('a started holder shows its worker, start, attempt and lease, live then expired by the ledger clock', async () => {
-    const holder = { jobId: 's1', name: 'sync', leaseId: 's1:1', how: 'acquired', acquiredAt: T0 + 5 * SEC, expiresAt: T0 + 7 * SEC, workerId: 'worker-z', startedAt: T0 + 5 * SEC, attempt: 1 };
+    const holder = { jobId: 's1', name: 'sync', leaseId: 's1:1', how: 'acquired', acquiredAt: T0 + 5 * SEC, expiresAt: T0 + 7 * SEC, workerId: 'worker-z', startedAt: T0 + 5 * SEC, attempt: 1, home: null, limits: [] };
     s.at(T0 + 6 * SEC);
     expect((await s.ledger.keyDetail('stale'))?.holders).toEqual([{ ...holder, leaseState: 'live' }]);
     s.at(T0 + 7 * SEC);
