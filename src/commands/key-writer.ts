@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import * as E from 'fp-ts/lib/Either.js';
 import { reconnectDelayMs } from '../domain/backoff.js';
 import { decodeCommand, type Command } from '../domain/commands.js';
-import { decideAcross } from '../domain/decide/index.js';
+import { decideAcross, type FillLater } from '../domain/decide/index.js';
 import { RefusedError, describeDomainError, type DomainError } from '../domain/errors.js';
 import type { EventData, KeyEvent } from '../domain/events.js';
 import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, Scratch, apply, draftOf, holders, initialKeyState, isUnderLimits, jobsIn, lineAfter, type Draft, type JobState, type KeyState, type LinePlace } from '../domain/key-state.js';
@@ -700,7 +700,7 @@ export class KeyWriter {
       const now = this.clock();
       const decided = new Map<KeyCommand, CommandResult>();
       const appended = new Map<string, { events: KeyEvent[]; stored: DecidedAppend['events'][number][] }>();
-      const fills = new Map<string, LinePlace | undefined>();
+      const fills = new Map<string, FillLater>();
       const scratchOf = (stream: string): Scratch | undefined => {
         const entry = entries.get(stream);
         if (entry === undefined) return undefined;
@@ -722,11 +722,7 @@ export class KeyWriter {
           decided.set(item, result);
           return;
         }
-        for (const [stream, after] of outcome.fillLater) {
-          // A FillSlots that stops where it began (a stream of the line is unreadable) is not repeated.
-          const same = item.command.type === 'FillSlots' && item.stream === stream && samePlace(item.command.after, after);
-          if (!same && !fills.has(stream)) fills.set(stream, after);
-        }
+        for (const [stream, fill] of outcome.fillLater) if (!fills.has(stream)) fills.set(stream, fill);
         const ids: string[] = [];
         for (const [stream, events] of result.right) {
           if (events.length === 0) continue;
@@ -800,7 +796,7 @@ export class KeyWriter {
           return handedOff.length > 0 ? { ...d, revision, handedOff } : { ...d, revision };
         })(decided.get(item)!);
       for (const s of going) s.resolve(s.items.map(result));
-      for (const [stream, after] of fills) this.fillLater(stream, after);
+      for (const [stream, fill] of fills) this.fillLater(stream, fill);
       for (const s of failed) s.reject(broken.get(fails(s.items)!));
       for (const r of reads) {
         const mine = readItems.filter((i) => i.read === r);
@@ -825,12 +821,21 @@ export class KeyWriter {
    * flush did not have the streams of: their turn is decided with those streams, in a flush of
    * its own. If this process dies first, the sweeper's fillStranded does it.
    */
-  private fillLater(stream: string, after: LinePlace | undefined): void {
+  private fillLater(stream: string, { after, needs }: FillLater): void {
+    // A line waiting on a stream that cannot be read waits for the sweeper once it reads again.
+    const unreadable = needs.find((s) => this.quarantined.has(s));
+    if (unreadable !== undefined) {
+      this.log.debug({ stream, unreadable }, 'a line waits on a quarantined stream');
+      return;
+    }
     const pending = after === undefined ? stream : `${stream} ${after.priority} ${after.seq}`;
     if (this.filling.has(pending)) return;
     this.filling.add(pending);
     const command: Command = { type: 'FillSlots', ...(after === undefined ? {} : { after: { priority: after.priority, seq: after.seq } }) };
-    this.executeMany([{ stream, command }])
+    const item: KeyCommand = { stream, command };
+    // Planned with the streams the line was found to need, so the FillSlots has them at hand.
+    this.learned.set(item, new Set(needs));
+    this.executeMany([item])
       .catch((error: unknown) => this.log.warn({ err: error, stream }, 'serving a line that waits on further limits failed: the sweeper serves it'))
       .finally(() => this.filling.delete(pending));
   }
@@ -908,8 +913,7 @@ const dispatchMessage = (m: ReceivedMessage): DispatchMessage | undefined => {
 
 const streamsOf = (s: Submission): string[] => [...new Set(s.items.map((i) => i.stream))];
 
-const samePlace = (a: LinePlace | undefined, b: LinePlace | undefined): boolean =>
-  a === undefined || b === undefined ? a === b : a.priority === b.priority && a.seq === b.seq;
+
 
 /** The fields every log line about a command carries: key (or stream), jobId, leaseId. */
 const logFields = (stream: string, command: Command) => ({

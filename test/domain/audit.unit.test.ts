@@ -447,7 +447,7 @@ const runAcross = (intents: readonly MultiIntent[]): MultiTrace => {
       events.set(s, [...(events.get(s) ?? []), ...es]);
       states.set(s, fold(states.get(s) ?? initialKeyState, es));
     }
-    for (const [s, after] of outcome.fillLater) decideOn(s, { type: 'FillSlots', ...(after === undefined ? {} : { after }) });
+    for (const [s, { after }] of outcome.fillLater) decideOn(s, { type: 'FillSlots', ...(after === undefined ? {} : { after }) });
   };
   for (const intent of intents) {
     now += intent.dt;

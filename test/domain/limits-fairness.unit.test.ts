@@ -3,9 +3,9 @@ import fc from 'fast-check';
 import * as E from 'fp-ts/lib/Either.js';
 import { describe, expect, it } from 'vitest';
 import { decodeCommand, type Command, type JobSpec, type LimitRef } from '../../src/domain/commands.js';
-import { decideAcross, type AcrossOutcome } from '../../src/domain/decide/index.js';
+import { decideAcross, type AcrossOutcome, type FillLater } from '../../src/domain/decide/index.js';
 import { mk, type KeyEvent } from '../../src/domain/events.js';
-import { Scratch, apply, draftOf, fold, holders, initialKeyState, type Draft, type JobState, type KeyState, type LinePlace } from '../../src/domain/key-state.js';
+import { Scratch, apply, draftOf, fold, holders, initialKeyState, type Draft, type JobState, type KeyState } from '../../src/domain/key-state.js';
 import { keyStream } from '../../src/domain/streams.js';
 import { givenAcross, limitHeld, limitReleased, limitWaiting, type Streams } from './spec-across.js';
 import { SEC, T0, acquired, completed, enqueued, job, limitSet, parked, promoted, released, started } from './spec.js';
@@ -596,14 +596,14 @@ const runFairness = (scenario: Scenario, findings: Findings): void => {
     now += intent.dt;
     const chosen = commandFor(intent);
     if (chosen === undefined) return;
-    const pending: [string, LinePlace | undefined][] = [];
+    const pending: [string, FillLater][] = [];
     const serve = (o: AcrossOutcome) => {
       if (o.tag === 'decided') pending.push(...o.fillLater);
     };
     serve(decideOne(index, chosen.command, chosen.stream, false));
     for (let rounds = 0; pending.length > 0; rounds++) {
       if (rounds > 50) throw new Error('fillLater never ran dry');
-      const [s, after] = pending.shift()!;
+      const [s, { after }] = pending.shift()!;
       serve(decideOne(index, { type: 'FillSlots', ...(after === undefined ? {} : { after: { priority: after.priority, seq: after.seq } }) }, s, true));
     }
   });

@@ -3,10 +3,10 @@ import fc from 'fast-check';
 import * as E from 'fp-ts/lib/Either.js';
 import { describe, expect, it } from 'vitest';
 import { decodeCommand, type Command, type JobSpec, type LimitRef } from '../../src/domain/commands.js';
-import { decideAcross, decideAll, type AcrossOutcome } from '../../src/domain/decide/index.js';
+import { decideAcross, decideAll, type AcrossOutcome, type FillLater } from '../../src/domain/decide/index.js';
 import type { DomainError } from '../../src/domain/errors.js';
 import { KeyEvent } from '../../src/domain/events.js';
-import { KeyStateCodec, Scratch, draftOf, evolve, fold, holders, initialKeyState, type Draft, type JobState, type KeyState, type LinePlace } from '../../src/domain/key-state.js';
+import { KeyStateCodec, Scratch, draftOf, evolve, fold, holders, initialKeyState, type Draft, type JobState, type KeyState } from '../../src/domain/key-state.js';
 import { keyStream } from '../../src/domain/streams.js';
 
 // Stacked limits over random command sequences across 2-4 home keys and 1-3 shared limit keys
@@ -381,14 +381,14 @@ const runScenario = (scenario: Scenario): Trace => {
     const chosen = commandFor(intent);
     const decisions: Decided[] = [];
     if (chosen !== undefined) {
-      const pending: [string, LinePlace | undefined][] = [];
+      const pending: [string, FillLater][] = [];
       const serve = (o: AcrossOutcome) => {
         if (o.tag === 'decided') pending.push(...o.fillLater);
       };
       serve(decideOne(chosen.command, chosen.stream, false, decisions));
       for (let rounds = 0; pending.length > 0; rounds++) {
         if (rounds > 50) throw new Error('fillLater never ran dry');
-        const [s, after] = pending.shift()!;
+        const [s, { after }] = pending.shift()!;
         serve(decideOne({ type: 'FillSlots', ...(after === undefined ? {} : { after: { priority: after.priority, seq: after.seq } }) }, s, true, decisions));
       }
     }

@@ -1,10 +1,10 @@
 import * as E from 'fp-ts/lib/Either.js';
 import { expect } from 'vitest';
 import { decodeCommand, type Command } from '../../src/domain/commands.js';
-import { decideAll } from '../../src/domain/decide/index.js';
+import { decideAll, type FillLater } from '../../src/domain/decide/index.js';
 import type { DomainError } from '../../src/domain/errors.js';
 import { mk, type EventData, type KeyEvent } from '../../src/domain/events.js';
-import { fold, initialKeyState, type KeyState, type LinePlace } from '../../src/domain/key-state.js';
+import { fold, initialKeyState, type KeyState } from '../../src/domain/key-state.js';
 import { T0 } from './spec.js';
 
 // Given/when/then over several streams (a job under further limits): the history of each stream,
@@ -51,7 +51,7 @@ export const givenAcross = (history: Streams = {}) => ({
         expect(result).toEqual(E.left(error));
         expect(fillLater).toEqual(new Map());
       },
-      fillLater: (): ReadonlyMap<string, LinePlace | undefined> => fillLater,
+      fillLater: (): ReadonlyMap<string, FillLater> => fillLater,
       /** The histories with what the decision wrote appended: the `given` of a next spec. */
       history: (): Streams => {
         const out: Record<string, readonly KeyEvent[]> = { ...history };

@@ -16,8 +16,8 @@ export interface Across {
   readonly serve: (stream: string) => void;
   /** Serves the lines asked for so far, in the order they were asked for (a line asked again is served again). */
   readonly serveQueued: () => void;
-  /** A key's line reached a job whose other streams are not at hand: serve it from `after` in a decision that has them. */
-  readonly fillLater: (stream: string, after: LinePlace | undefined) => void;
+  /** A key's line reached a job whose other streams (`needs`) are not at hand: serve it from `after` in a decision that has them. */
+  readonly fillLater: (stream: string, after: LinePlace | undefined, needs: readonly string[]) => void;
 }
 
 /** The decision needs the state of streams it was not given: decide it again with them (nothing of it is kept). */
@@ -117,14 +117,22 @@ export class Decision {
    * keys), or undefined when one of them is not at hand.
    */
   private othersOf(job: JobState & { limits: string[] }): Decision[] | undefined {
-    const streams = [job.home ?? this.stream, ...job.limits.map(keyStream)].filter((s) => s !== this.stream);
     const out: Decision[] = [];
-    for (const s of streams) {
+    for (const s of this.otherStreams(job)) {
       const d = this.across?.on(s);
       if (d === undefined) return undefined;
       out.push(d);
     }
     return out;
+  }
+
+  private otherStreams(job: JobState & { limits: string[] }): string[] {
+    return [job.home ?? this.stream, ...job.limits.map(keyStream)].filter((s) => s !== this.stream);
+  }
+
+  /** The streams of a job that are not at hand. */
+  private missingOf(job: JobState & { limits: string[] }): string[] {
+    return this.otherStreams(job).filter((s) => this.across?.on(s) === undefined);
   }
 
   /**
@@ -136,7 +144,7 @@ export class Decision {
     if (!this.hasFreeSlot()) return false;
     if (job === undefined || !isUnderLimits(job)) return true;
     const others = this.othersOf(job);
-    if (others === undefined) throw new StreamsNeeded([job.home ?? this.stream, ...job.limits.map(keyStream)].filter((s) => s !== this.stream && this.across?.on(s) === undefined));
+    if (others === undefined) throw new StreamsNeeded(this.missingOf(job));
     return others.every((d) => d.hasFreeSlot());
   }
 
@@ -202,9 +210,9 @@ export class Decision {
         // A line served inside this walk (see 'after') may have promoted it meanwhile.
         if (this.draft.jobs[next.jobId]?.status !== 'parked') continue;
         const turn = isUnderLimits(next) ? this.turnOf(next) : 'now';
-        if (turn === 'later') {
-          // Its streams are not at hand: the rest of this line, and its free slots, wait for a FillSlots that has them.
-          this.across?.fillLater(this.stream, place);
+        if (typeof turn === 'object') {
+          // Streams it needs are not at hand: the rest of this line, and its free slots, wait for a FillSlots that has them.
+          this.across?.fillLater(this.stream, place, turn.later);
           this.servedLater = true;
           return;
         }
@@ -227,19 +235,19 @@ export class Decision {
    * - blocked: one of its other lines is full (or paused): passed over;
    * - after: a job ahead of it in one of its other lines could take a slot there: that line is
    *   served first (then this one again);
-   * - later: a stream it, or a job ahead of it, is under is not at hand;
+   * - later: streams it, or a job ahead of it, is under are not at hand (those streams);
    * - now: every line has room and no one ahead of it in any of them could take it.
    */
-  private turnOf(job: JobEntry & { limits: string[] }): 'now' | 'blocked' | 'after' | 'later' {
+  private turnOf(job: JobEntry & { limits: string[] }): 'now' | 'blocked' | 'after' | { readonly later: readonly string[] } {
     const others = this.othersOf(job);
-    if (others === undefined) return 'later';
+    if (others === undefined) return { later: this.missingOf(job) };
     if (!others.every((d) => d.hasFreeSlot())) return 'blocked';
     for (const other of others) {
       const ahead = other.takerAhead(job.jobId);
-      if (ahead === 'later') {
-        other.across?.fillLater(other.stream, undefined);
+      if (typeof ahead === 'object') {
+        other.across?.fillLater(other.stream, undefined, ahead.later);
         other.servedLater = true;
-        return 'later';
+        return ahead;
       }
       if (ahead) {
         this.across?.serve(other.stream);
@@ -250,16 +258,16 @@ export class Decision {
   }
 
   /**
-   * Whether a job ahead of `jobId` in this line (which has room) could take a slot now; 'later'
-   * when that depends on a stream not at hand. Looks LINE_LOOK_AHEAD places ahead at most.
+   * Whether a job ahead of `jobId` in this line (which has room) could take a slot now; `later`
+   * (the streams) when that depends on streams not at hand. Looks LINE_LOOK_AHEAD places ahead at most.
    */
-  private takerAhead(jobId: string): boolean | 'later' {
+  private takerAhead(jobId: string): boolean | { readonly later: readonly string[] } {
     for (const id of lineAfter(this.state, LINE_LOOK_AHEAD)) {
       if (id === jobId) return false;
       const job = this.draft.jobs[id]!;
       if (!isUnderLimits(job)) return true;
       const others = this.othersOf(job);
-      if (others === undefined) return 'later';
+      if (others === undefined) return { later: this.missingOf(job) };
       if (others.every((d) => d.hasFreeSlot())) return true;
     }
     return false;

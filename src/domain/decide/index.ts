@@ -39,13 +39,19 @@ export const decideInto = (command: Command, scratch: Scratch, now: number): Eit
 /** Lines one decision serves at most before the rest is left to FillSlots. */
 const MAX_LINES_SERVED = 10_000;
 
+/** A line to serve in a decision of its own: from `after`, with `needs` at hand. */
+export interface FillLater {
+  readonly after: LinePlace | undefined;
+  readonly needs: readonly string[];
+}
+
 /** What a decision over several streams decided. */
 export type AcrossOutcome =
   | {
       readonly tag: 'decided';
       readonly result: Either<DomainError, ReadonlyMap<string, readonly KeyEvent[]>>;
-      /** Keys whose line reached jobs whose streams were not at hand: serve each from its place (FillSlots). */
-      readonly fillLater: ReadonlyMap<string, LinePlace | undefined>;
+      /** Keys whose line reached jobs whose streams were not at hand: serve each from its place (FillSlots), with those streams. */
+      readonly fillLater: ReadonlyMap<string, FillLater>;
     }
   /** Streams the decision needs and was not given: nothing of it was kept. */
   | { readonly tag: 'needs'; readonly streams: readonly string[] };
@@ -62,7 +68,7 @@ export const decideAcross = (command: Command, stream: string, scratchOf: (strea
   const queued: string[] = [];
   let serving = false;
   let served = 0;
-  const fillLater = new Map<string, LinePlace | undefined>();
+  const fillLater = new Map<string, FillLater>();
   const across: Across = {
     on: (s) => {
       const known = touched.get(s);
@@ -82,15 +88,17 @@ export const decideAcross = (command: Command, stream: string, scratchOf: (strea
       try {
         for (let s = queued.shift(); s !== undefined; s = queued.shift()) {
           // A bound, not a limit anyone should meet: each round promotes, or asks for a line ahead in the one fair order.
-          if (++served > MAX_LINES_SERVED) across.fillLater(s, undefined);
+          if (++served > MAX_LINES_SERVED) across.fillLater(s, undefined, []);
           else across.on(s)!.fillSlots();
         }
       } finally {
         serving = false;
       }
     },
-    fillLater: (s, after) => {
-      if (!fillLater.has(s)) fillLater.set(s, after);
+    fillLater: (s, after, needs) => {
+      const known = fillLater.get(s);
+      // The first place asked for is the earliest: the line is served from there, with every stream asked for.
+      fillLater.set(s, known === undefined ? { after, needs } : { after: known.after, needs: [...new Set([...known.needs, ...needs])] });
     },
   };
   const rollback = () => {
