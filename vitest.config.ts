@@ -1,8 +1,12 @@
 import { defineConfig } from 'vitest/config';
 
 // unit: pure, no I/O. int/e2e: real PostgreSQL (see test/support/global-setup.ts for how one is found).
+// Two workers: unit and int files run two at a time (each int file has a database of its own),
+// which vitest's default here (one) left idle while tests waited on PostgreSQL. e2e files run one
+// at a time: they time worker processes and handlers, and a neighbour's load would skew that.
 export default defineConfig({
   test: {
+    maxWorkers: 2,
     projects: [
       {
         test: {
@@ -23,6 +27,7 @@ export default defineConfig({
         test: {
           name: 'e2e',
           include: ['test/**/*.e2e.test.ts'],
+          fileParallelism: false,
           globalSetup: ['test/support/global-setup.ts'],
           testTimeout: 180_000,
           hookTimeout: 300_000,

@@ -205,6 +205,14 @@ export class Ledger {
     return this.writer.executeMany(items);
   }
 
+  /**
+   * Resolves once every write submitted so far is written, with the follow-ups they caused (the
+   * FillSlots of a line that waits on further limits): what a caller reading the ledger next sees.
+   */
+  drain(): Promise<void> {
+    return this.writer.drain();
+  }
+
   /** A key's current state: limit, holders with their leases, parked and scheduled jobs. */
   keyState(key: string): Promise<Loaded> {
     return this.writer.load(keyStream(key));
