@@ -482,7 +482,9 @@ export class KeyWriter {
     let commands = 0;
     for (const s of this.submissions) {
       const full = batch.length > 0 && commands + s.items.length > this.options.maxFlushCommands;
-      const streams = s.items.flatMap((i) => this.plan(i));
+      // Planned once (and again only when a decision found it needs more): a submission waiting
+      // behind a busy stream is looked at by every take, and its guess only has to be a good one.
+      const streams = s.items.flatMap((i) => this.planned.get(i) ?? this.plan(i));
       if (full || streams.some((stream) => blocked.has(stream))) {
         waiting.push(s);
         for (const stream of streams) blocked.add(stream);
