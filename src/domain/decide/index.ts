@@ -27,13 +27,13 @@ export const decide = (command: Command, state: KeyState, now: number): Either<D
 /**
  * The same decision on a state its caller owns, without copying the key's job table: the events
  * are applied to it through `scratch` as they are decided, and stay applied when the command is
- * accepted; a refusal is rolled back, so it changes nothing. Decides what decide() decides.
+ * accepted; a refusal is rolled back, so it changes nothing. Decides what decide() decides, by
+ * the key writer's own path (decideAcross) on one stream.
  */
 export const decideInto = (command: Command, scratch: Scratch, now: number): Either<DomainError, readonly KeyEvent[]> => {
-  const mark = scratch.mark();
-  const result = decideWith(command, new Decision(scratch.draft, now, (event) => scratch.apply(event)));
-  if (E.isLeft(result)) scratch.rollbackTo(mark);
-  return result;
+  const outcome = decideAcross(command, '', (s) => (s === '' ? scratch : undefined), now);
+  if (outcome.tag === 'needs') throw new StreamsNeeded(outcome.streams);
+  return E.map((events: ReadonlyMap<string, readonly KeyEvent[]>) => events.get('') ?? [])(outcome.result);
 };
 
 /** Lines one decision serves at most before the rest is left to FillSlots. */
