@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DUE_JOBS_SQL, EXPIRED_LEASES_SQL } from '../../src/adapters/worker/sweeper.js';
+import { SWEEP_CANDIDATES_SQL } from '../../src/adapters/worker/sweeper.js';
 import { mk } from '../../src/domain/events.js';
 import { UPDATE_JOBS_SQL, UPDATE_SLOTS_SQL, projectReadModels } from '../../src/projections/read-models.js';
 import { applyStatements } from '../../src/projections/runner.js';
@@ -81,29 +81,30 @@ describe('migration 0005 (set-based writes)', () => {
     }
   });
 
-  it("the sweeper's queries (with its parameters: now in epoch ms, a limit) use jl_slots_expiry and jl_jobs_due, and find exactly the expired started leases and the due jobs", async () => {
+  it("the sweeper's one query (with its parameters: now in epoch ms, a limit) uses jl_slots_expiry and jl_jobs_due, and finds exactly the expired started leases and the due jobs", async () => {
     // No enable_seqscan = off: on tables this size the planner must prefer the indexes by itself.
     const counts = (await db.pool.query(`SELECT (SELECT count(*) FROM jl_jobs WHERE run_at IS NOT NULL)::int AS scheduled, (SELECT count(*) FROM jl_slots WHERE expires_at IS NOT NULL)::int AS started`)).rows[0];
     expect(counts.scheduled).toBeGreaterThan(3_000);
     expect(counts.started).toBeGreaterThan(1_000);
-    const expired = await plan(EXPIRED_LEASES_SQL, [NOW, 500]);
+    const sweep = await plan(SWEEP_CANDIDATES_SQL, [NOW, 500]);
     // An index scan, an index-only scan, or a bitmap scan of the index: whichever, the index is what finds them.
-    expect(expired).toMatch(/(Index (Only )?Scan using jl_slots_expiry on jl_slots|Bitmap Index Scan on jl_slots_expiry)/);
-    expect(expired).not.toMatch(/Seq Scan on jl_slots/);
-    const due = await plan(DUE_JOBS_SQL, [NOW, 500]);
-    expect(due).toMatch(/(Index (Only )?Scan using jl_jobs_due on jl_jobs|Bitmap Index Scan on jl_jobs_due)/);
-    expect(due).not.toMatch(/Seq Scan on jl_jobs/);
+    expect(sweep).toMatch(/(Index (Only )?Scan using jl_slots_expiry on jl_slots|Bitmap Index Scan on jl_slots_expiry)/);
+    expect(sweep).not.toMatch(/Seq Scan on jl_slots/);
+    expect(sweep).toMatch(/(Index (Only )?Scan using jl_jobs_due on jl_jobs|Bitmap Index Scan on jl_jobs_due)/);
+    expect(sweep).not.toMatch(/Seq Scan on jl_jobs/);
 
-    // And what they return: the started leases past their expiry (never an unstarted admission), the scheduled jobs due.
-    const streams = async (sql: string) => (await db.pool.query<{ stream: string }>(sql, [NOW, 500])).rows.map((r) => r.stream).sort();
+    // And what it returns: the started leases past their expiry (never an unstarted admission), the scheduled jobs due.
+    const streams = async (kind: string, limit = 500) =>
+      (await db.pool.query<{ kind: string; stream: string }>(SWEEP_CANDIDATES_SQL, [NOW, limit])).rows.filter((r) => r.kind === kind).map((r) => r.stream).sort();
     const { rows: wantExpired } = await db.pool.query(`SELECT DISTINCT stream FROM jl_slots WHERE worker_id IS NOT NULL AND expires_at <= to_timestamp($1::float8 / 1000) ORDER BY stream`, [NOW]);
     expect(wantExpired.length).toBeGreaterThan(0);
-    expect(await streams(EXPIRED_LEASES_SQL)).toEqual(wantExpired.map((r) => r.stream).sort());
+    expect(await streams('expired')).toEqual(wantExpired.map((r) => r.stream).sort());
     const { rows: wantDue } = await db.pool.query(`SELECT DISTINCT stream FROM jl_jobs WHERE status = 'scheduled' AND run_at <= to_timestamp($1::float8 / 1000) ORDER BY stream`, [NOW]);
     expect(wantDue.length).toBeGreaterThan(0);
-    expect(await streams(DUE_JOBS_SQL)).toEqual(wantDue.map((r) => r.stream).sort());
-    // $2 bounds them.
-    expect((await db.pool.query(DUE_JOBS_SQL, [NOW, 3])).rows).toHaveLength(3);
+    expect(await streams('due')).toEqual(wantDue.map((r) => r.stream).sort());
+    // $2 bounds each kind.
+    expect(await streams('due', 3)).toHaveLength(3);
+    expect(await streams('expired', 2)).toHaveLength(2);
   });
 
   it("the read models' UPDATEs find each row by primary key under the flush's generic plans, whatever the batch", async () => {

@@ -96,7 +96,7 @@ export class Sweeper {
 
   /**
    * One sweep: ExpireLeases on every stream with an expired started lease, AdmitDue on every
-   * stream with a due job. Each stream is a submission of its own: the key writer puts them all
+   * stream with a due job, FillSlots on every key whose line waits on further limits with a slot free. Each stream is a submission of its own: the key writer puts them all
    * in one transaction, and one broken or busy key holds up no other (a quarantined one fails
    * alone). Then the key writer's quarantines are read again: those whose stream decodes now end.
    */
@@ -104,7 +104,9 @@ export class Sweeper {
     const limit = this.options.batch ?? 500;
     const now = (this.options.clock ?? Date.now)();
     const random = this.options.random ?? Math.random;
-    const [expired, due, stranded] = await Promise.all([this.streams(EXPIRED_LEASES_SQL, [now, limit]), this.streams(DUE_JOBS_SQL, [now, limit]), this.streams(STRANDED_LINES_SQL, [limit])]);
+    const { rows } = await this.pool.query<{ kind: SweepCandidate; stream: string }>(SWEEP_CANDIDATES_SQL, [now, limit]);
+    const of = (kind: SweepCandidate) => rows.filter((r) => r.kind === kind).map((r) => r.stream);
+    const [expired, due, stranded] = [of('expired'), of('due'), of('stranded')];
     const commands: KeyCommand[] = [
       ...expired.map((stream) => ({ stream, command: { type: 'ExpireLeases', jitter: random() } as const, metadata: { by: 'sweeper' } })),
       ...due.map((stream) => ({ stream, command: { type: 'AdmitDue' } as const, metadata: { by: 'sweeper' } })),
@@ -124,31 +126,31 @@ export class Sweeper {
     return { ...summary, unquarantined };
   }
 
-  private async streams(sql: string, params: readonly number[]): Promise<string[]> {
-    const { rows } = await this.pool.query<{ stream: string }>(sql, [...params]);
-    return rows.map((r) => r.stream);
-  }
 }
 
 // Candidates only: the decider decides (a lease renewed meanwhile decides nothing). $1 is now
-// on the ledger's clock (epoch ms), the clock the decider decides on; $2 the most streams.
-/** Streams with a started lease expired by $1 (jl_slots_expiry; an admission nobody started has no expiry). */
-export const EXPIRED_LEASES_SQL = `SELECT DISTINCT stream FROM jl_slots WHERE expires_at <= to_timestamp($1::float8 / 1000) LIMIT $2`;
-/**
- * Keys with a free slot and, in their line, jobs under further limits (a guest, or a job of the
- * key whose guests wait elsewhere): the FillSlots a process that died after a release could not
- * write. Jobs under one limit never wait with a free slot (the release promotes them in its own
- * append), so only jl_limit_jobs' waiters are looked at. $1 is the most streams.
- */
-export const STRANDED_LINES_SQL = `
-WITH waiting AS (
-  SELECT stream FROM jl_limit_jobs WHERE status = 'parked'
-  UNION
-  SELECT home FROM jl_limit_jobs WHERE status = 'parked'
-)
-SELECT k.stream FROM waiting w JOIN jl_key_stats k ON k.stream = w.stream
-WHERE k.paused_at IS NULL AND k.in_use < k.concurrency_limit AND k.parked > 0
-LIMIT $1`;
+// on the ledger's clock (epoch ms), the clock the decider decides on; $2 the most streams of each
+// kind. One statement, not one per kind: a sweep is one read of the read models (one transaction
+// a second beside the workers' commits, whatever kinds of work there are).
+//   expired   streams with a started lease expired by $1 (jl_slots_expiry; an admission nobody
+//             started has no expiry)
+//   due       streams with a scheduled job due by $1 (jl_jobs_due)
+//   stranded  keys with a free slot and, in their line, jobs under further limits (a guest, or a
+//             job of the key whose guests wait elsewhere): the FillSlots a process that died after
+//             a release could not write. Jobs under one limit never wait with a free slot (the
+//             release promotes them in its own append), so only jl_limit_jobs' waiters are looked at.
+export const SWEEP_CANDIDATES_SQL = `
+(SELECT DISTINCT 'expired' AS kind, stream FROM jl_slots WHERE expires_at <= to_timestamp($1::float8 / 1000) LIMIT $2)
+UNION ALL
+(SELECT DISTINCT 'due', stream FROM jl_jobs WHERE run_at <= to_timestamp($1::float8 / 1000) LIMIT $2)
+UNION ALL
+(WITH waiting AS (
+   SELECT stream FROM jl_limit_jobs WHERE status = 'parked'
+   UNION
+   SELECT home FROM jl_limit_jobs WHERE status = 'parked'
+ )
+ SELECT 'stranded', k.stream FROM waiting w JOIN jl_key_stats k ON k.stream = w.stream
+ WHERE k.paused_at IS NULL AND k.in_use < k.concurrency_limit AND k.parked > 0
+ LIMIT $2)`;
 
-/** Streams with a scheduled job due by $1 (jl_jobs_due). */
-export const DUE_JOBS_SQL = `SELECT DISTINCT stream FROM jl_jobs WHERE run_at <= to_timestamp($1::float8 / 1000) LIMIT $2`;
+export type SweepCandidate = 'expired' | 'due' | 'stranded';
