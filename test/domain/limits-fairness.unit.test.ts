@@ -2,11 +2,12 @@ import { isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
 import * as E from 'fp-ts/lib/Either.js';
 import { describe, expect, it } from 'vitest';
-import { decodeCommand, type Command, type JobSpec, type LimitRef } from '../../src/domain/commands.js';
-import { decideAcross, type AcrossOutcome, type FillLater } from '../../src/domain/decide/index.js';
+import { decodeCommand, type Command, type JobSpec } from '../../src/domain/commands.js';
+import { decideAcross, type AcrossOutcome } from '../../src/domain/decide/index.js';
 import { mk, type KeyEvent } from '../../src/domain/events.js';
-import { Scratch, apply, draftOf, fold, holders, initialKeyState, type Draft, type JobState, type KeyState } from '../../src/domain/key-state.js';
+import { Scratch, apply, draftOf, fold, initialKeyState, type Draft, type JobState, type KeyState } from '../../src/domain/key-state.js';
 import { keyStream } from '../../src/domain/streams.js';
+import { driveScenario, jitterArb, pickArb, scenarioArb, sometimes, stackedWorld, stateOf, withDt, type Intent, type JobIntent, type Scenario, type States } from './stacked-model.js';
 import { givenAcross, limitHeld, limitReleased, limitWaiting, type Streams } from './spec-across.js';
 import { SEC, T0, acquired, completed, enqueued, job, limitSet, parked, promoted, released, started } from './spec.js';
 
@@ -145,8 +146,6 @@ describe('one fair order across stacked limits: regressions', () => {
 // quiescent state, where no parked job has room in all its lines (limits-invariants (c)), and a
 // release's freed slots are only there after its SlotReleased.
 
-type States = ReadonlyMap<string, KeyState>;
-const stateOf = (states: States, s: string): KeyState => states.get(s) ?? initialKeyState;
 const statesOf = (history: Streams): Map<string, KeyState> => new Map(Object.entries(history).map(([s, events]) => [s, fold(initialKeyState, events)]));
 
 /** A Scratch that records every event applied through it, in the order the decision applied them across streams. */
@@ -274,121 +273,15 @@ const fairnessFindings = (before: States, log: readonly { stream: string; event:
 };
 
 // ---------------------------------------------------------------------------------------------
-// Random command sequences (the generators of limits-invariants.unit.test.ts, which exports none:
-// copied in their essentials), every decision decided with its event order recorded.
+// Random command sequences (the model of stacked-model.ts, with a busier mix of its own), every
+// decision decided with its event order recorded.
 
 const SEED = Number(process.env.FAIRNESS_SEED ?? 20_261_201);
 const NUM_RUNS = Number(process.env.FAIRNESS_RUNS ?? 100);
 const TS = Date.UTC(2030, 0, 1);
 
-type Choice = number;
-type Ref = { readonly mode: 0 | 1 | 2; readonly limit: number };
-
-interface JobIntent {
-  readonly reuse: Choice | null;
-  readonly mask: number;
-  readonly refs: readonly Ref[];
-  readonly priority: number;
-  readonly delay: number | null;
-  readonly maxAttempts: number;
-  readonly whenFull: 'park' | 'reject' | 'replace' | null;
-  readonly name: 'work' | 'report';
-}
-
-type Intent = { readonly dt: number } & (
-  | { readonly kind: 'enqueue'; readonly home: Choice; readonly jobs: readonly JobIntent[]; readonly homeLimit: Ref; readonly ownsLimit: boolean }
-  | { readonly kind: 'lease'; readonly op: 'Start' | 'Renew' | 'Complete' | 'Fail' | 'Yield'; readonly pick: Choice; readonly jitter: number; readonly yieldDelay: number | null }
-  | { readonly kind: 'expire'; readonly stream: Choice; readonly jitter: number }
-  | { readonly kind: 'admitDue'; readonly stream: Choice }
-  | { readonly kind: 'cancel'; readonly pick: Choice }
-  | { readonly kind: 'discard'; readonly stream: Choice; readonly mask: number | null }
-  | { readonly kind: 'revoke'; readonly stream: Choice; readonly pick: Choice | null; readonly jitter: number }
-  | { readonly kind: 'setLimit'; readonly stream: Choice; readonly limit: number }
-  | { readonly kind: 'pause'; readonly stream: Choice }
-  | { readonly kind: 'fill'; readonly stream: Choice }
-);
-
-interface Scenario {
-  readonly homes: number;
-  readonly limitKeys: number;
-  readonly limits: readonly number[];
-  readonly homeLimits: readonly number[];
-  readonly intents: readonly Intent[];
-}
-
-const pickArb = fc.nat({ max: 1_000 });
-const sometimes = <A>(arb: fc.Arbitrary<A>, percent: number): fc.Arbitrary<A | null> =>
-  fc.oneof({ weight: 100 - percent, arbitrary: fc.constant(null) }, { weight: percent, arbitrary: arb });
-const jitterArb = fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true });
-const dtArb = fc.oneof(
-  { weight: 5, arbitrary: fc.constant(0) },
-  { weight: 4, arbitrary: fc.integer({ min: 1, max: 3_000 }) },
-  { weight: 2, arbitrary: fc.integer({ min: 3_000, max: 40_000 }) },
-  { weight: 1, arbitrary: fc.integer({ min: 40_000, max: 3_600_000 }) },
-);
-const refArb: fc.Arbitrary<Ref> = fc.record({ mode: fc.constantFrom(0 as const, 1 as const, 1 as const, 1 as const, 1 as const, 2 as const), limit: fc.integer({ min: 1, max: 3 }) });
-
-const jobIntentArb: fc.Arbitrary<JobIntent> = fc.record({
-  reuse: sometimes(pickArb, 10),
-  mask: fc.oneof({ weight: 1, arbitrary: fc.constant(0) }, { weight: 5, arbitrary: fc.integer({ min: 1, max: 7 }) }),
-  refs: fc.array(refArb, { minLength: 3, maxLength: 3 }),
-  priority: fc.integer({ min: -1, max: 2 }),
-  delay: sometimes(fc.integer({ min: -1_000, max: 15_000 }), 20),
-  maxAttempts: fc.integer({ min: 1, max: 3 }),
-  whenFull: sometimes(fc.constantFrom('park' as const, 'reject' as const, 'replace' as const), 25),
-  name: fc.constantFrom('work' as const, 'report' as const),
-});
-
-const withDt = <A extends object>(arb: fc.Arbitrary<A>): fc.Arbitrary<Intent> => fc.tuple(dtArb, arb).map(([dt, rest]) => ({ dt, ...rest }) as unknown as Intent);
-
-const intentArb: fc.Arbitrary<Intent> = fc.oneof(
-  {
-    weight: 14,
-    arbitrary: withDt(
-      fc.record({
-        kind: fc.constant('enqueue' as const),
-        home: pickArb,
-        jobs: fc.oneof({ weight: 6, arbitrary: fc.array(jobIntentArb, { minLength: 1, maxLength: 1 }) }, { weight: 1, arbitrary: fc.array(jobIntentArb, { minLength: 2, maxLength: 3 }) }),
-        homeLimit: refArb,
-        ownsLimit: fc.oneof({ weight: 4, arbitrary: fc.constant(false) }, { weight: 1, arbitrary: fc.constant(true) }),
-      }),
-    ),
-  },
-  {
-    weight: 16,
-    arbitrary: withDt(
-      fc.record({
-        kind: fc.constant('lease' as const),
-        op: fc.constantFrom('Start' as const, 'Start' as const, 'Renew' as const, 'Complete' as const, 'Complete' as const, 'Fail' as const, 'Yield' as const),
-        pick: pickArb,
-        jitter: jitterArb,
-        yieldDelay: sometimes(fc.integer({ min: 1, max: 20_000 }), 40),
-      }),
-    ),
-  },
-  {
-    weight: 5,
-    arbitrary: fc
-      .tuple(fc.oneof(dtArb, fc.integer({ min: 30_000, max: 90_000 })), fc.record({ kind: fc.constant('expire' as const), stream: pickArb, jitter: jitterArb }))
-      .map(([dt, rest]): Intent => ({ dt, ...rest })),
-  },
-  { weight: 2, arbitrary: withDt(fc.record({ kind: fc.constant('admitDue' as const), stream: pickArb })) },
-  { weight: 2, arbitrary: withDt(fc.record({ kind: fc.constant('cancel' as const), pick: pickArb })) },
-  { weight: 2, arbitrary: withDt(fc.record({ kind: fc.constant('discard' as const), stream: pickArb, mask: sometimes(fc.nat({ max: 15 }), 60) })) },
-  { weight: 1, arbitrary: withDt(fc.record({ kind: fc.constant('revoke' as const), stream: pickArb, pick: sometimes(pickArb, 60), jitter: jitterArb })) },
-  { weight: 3, arbitrary: withDt(fc.record({ kind: fc.constant('setLimit' as const), stream: pickArb, limit: fc.integer({ min: 1, max: 4 }) })) },
-  { weight: 3, arbitrary: withDt(fc.record({ kind: fc.constant('pause' as const), stream: pickArb })) },
-  { weight: 1, arbitrary: withDt(fc.record({ kind: fc.constant('fill' as const), stream: pickArb })) },
-);
-
 /** As limits-invariants generates them: every command, every path. */
-const anyScenarioArb: fc.Arbitrary<Scenario> = fc.record({
-  homes: fc.integer({ min: 2, max: 4 }),
-  limitKeys: fc.integer({ min: 1, max: 3 }),
-  limits: fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 3, maxLength: 3 }),
-  homeLimits: fc.array(fc.integer({ min: 1, max: 4 }), { minLength: 4, maxLength: 4 }),
-  intents: fc.array(intentArb, { minLength: 1, maxLength: 40, size: 'max' }),
-});
+const anyScenarioArb: fc.Arbitrary<Scenario> = scenarioArb(40);
 
 /**
  * Contention: small limits, jobs due at once and mostly under several limits, and holders that
@@ -418,6 +311,8 @@ const busyIntentArb: fc.Arbitrary<Intent> = fc.oneof(
         kind: fc.constant('lease' as const),
         op: fc.constantFrom('Start' as const, 'Start' as const, 'Complete' as const, 'Complete' as const, 'Fail' as const, 'Yield' as const),
         pick: pickArb,
+        stale: fc.constant(false),
+        onGuest: fc.constant(false),
         jitter: jitterArb,
         yieldDelay: sometimes(fc.integer({ min: 1, max: 20_000 }), 30),
       }),
@@ -426,8 +321,8 @@ const busyIntentArb: fc.Arbitrary<Intent> = fc.oneof(
   { weight: 2, arbitrary: fc.tuple(fc.integer({ min: 30_000, max: 90_000 }), fc.record({ kind: fc.constant('expire' as const), stream: pickArb, jitter: jitterArb })).map(([dt, rest]): Intent => ({ dt, ...rest })) },
   { weight: 2, arbitrary: withDt(fc.record({ kind: fc.constant('admitDue' as const), stream: pickArb })) },
   { weight: 1, arbitrary: withDt(fc.record({ kind: fc.constant('setLimit' as const), stream: pickArb, limit: fc.integer({ min: 1, max: 3 }) })) },
-  { weight: 1, arbitrary: withDt(fc.record({ kind: fc.constant('pause' as const), stream: pickArb })) },
-  { weight: 1, arbitrary: withDt(fc.record({ kind: fc.constant('cancel' as const), pick: pickArb })) },
+  { weight: 1, arbitrary: withDt(fc.record({ kind: fc.constant('pause' as const), stream: pickArb, wrong: fc.constant(false) })) },
+  { weight: 1, arbitrary: withDt(fc.record({ kind: fc.constant('cancel' as const), pick: pickArb, onGuest: fc.constant(false) })) },
 );
 const busyScenarioArb: fc.Arbitrary<Scenario> = fc.record({
   homes: fc.integer({ min: 2, max: 4 }),
@@ -437,7 +332,7 @@ const busyScenarioArb: fc.Arbitrary<Scenario> = fc.record({
   intents: fc.array(busyIntentArb, { minLength: 20, maxLength: 80, size: 'max' }),
 });
 
-const scenarioArb: fc.Arbitrary<Scenario> = fc.oneof({ weight: 1, arbitrary: anyScenarioArb }, { weight: 2, arbitrary: busyScenarioArb });
+const mixedScenarioArb: fc.Arbitrary<Scenario> = fc.oneof({ weight: 1, arbitrary: anyScenarioArb }, { weight: 2, arbitrary: busyScenarioArb });
 
 interface Decided {
   readonly index: number;
@@ -467,113 +362,12 @@ const describeDecision = (d: Decided): string => {
  * violation throws, with the command sequence up to it.
  */
 const runFairness = (scenario: Scenario, findings: Findings): void => {
-  const homeStreams = Array.from({ length: scenario.homes }, (_, i) => keyStream(`h${i}`));
-  const limitKeys = Array.from({ length: scenario.limitKeys }, (_, i) => `t${i}`);
-  const limitStreams = limitKeys.map(keyStream);
-  const streams = [...homeStreams, ...limitStreams];
-  const homeChoices = [...homeStreams, ...homeStreams, ...homeStreams, ...limitStreams];
-  const opChoices = [...streams, ...limitStreams];
+  const world = stackedWorld(scenario);
+  const { limitStreams } = world;
   let states: Map<string, KeyState> = new Map();
-  const jobHome = new Map<string, string>();
   const decided: Decided[] = [];
-  let nextJob = 0;
-  let now = TS;
 
-  const homeJobs = (): [string, string, JobState][] =>
-    streams.flatMap((s) => Object.entries(stateOf(states, s).jobs).filter(([, j]) => j.home === undefined).map(([id, j]) => [s, id, j] as [string, string, JobState]));
-  const pick = <A>(xs: readonly A[], n: number): A | undefined => (xs.length === 0 ? undefined : xs[n % xs.length]);
-
-  const commandFor = (intent: Intent): { readonly command: Command; readonly stream: string } | undefined => {
-    switch (intent.kind) {
-      case 'enqueue': {
-        const home = pick(homeChoices, intent.home)!;
-        const jobs: JobSpec[] = intent.jobs.map((j) => {
-          const reusable = [...jobHome].filter(([, h]) => h === home).map(([id]) => id);
-          const jobId = j.reuse !== null && reusable.length > 0 ? pick(reusable, j.reuse)! : `j${nextJob++}`;
-          jobHome.set(jobId, home);
-          const limits: LimitRef[] = [];
-          limitKeys.forEach((key, i) => {
-            if ((j.mask & (1 << i)) === 0 || keyStream(key) === home) return;
-            const ref = j.refs[i]!;
-            limits.push(ref.mode === 0 ? { key } : { key, limit: ref.mode === 1 ? scenario.limits[i]! : ref.limit });
-          });
-          return {
-            jobId,
-            name: j.name,
-            args: {},
-            queue: 'default',
-            priority: j.priority,
-            maxAttempts: j.maxAttempts,
-            runAt: j.delay === null ? null : now + j.delay,
-            ...(j.whenFull === null ? {} : { whenFull: j.whenFull }),
-            ...(limits.length === 0 ? {} : { limits }),
-          };
-        });
-        const homeLimit =
-          intent.homeLimit.mode === 0
-            ? undefined
-            : intent.homeLimit.mode === 2
-              ? intent.homeLimit.limit
-              : homeStreams.includes(home)
-                ? scenario.homeLimits[homeStreams.indexOf(home)]!
-                : scenario.limits[limitStreams.indexOf(home)]!;
-        const policy = { ...(homeLimit === undefined ? {} : { limit: homeLimit }), ...(intent.ownsLimit ? { ownsLimit: true as const } : {}) };
-        const command: Command = jobs.length === 1 ? { type: 'Enqueue', job: jobs[0]!, ...policy } : { type: 'EnqueueMany', jobs, ...policy };
-        return { command, stream: home };
-      }
-      case 'lease': {
-        const holdingJobs = homeJobs().filter(([, , j]) => j.lease !== null);
-        const wanted = holdingJobs.filter(([, , j]) => (intent.op === 'Start' ? j.lease!.workerId === null : intent.op === 'Renew' || intent.op === 'Yield' ? true : j.lease!.workerId !== null));
-        const chosen = pick(wanted.length > 0 ? wanted : holdingJobs, intent.pick);
-        if (chosen === undefined) return undefined;
-        const [stream, jobId, j] = chosen;
-        const leaseId = j.lease!.leaseId;
-        switch (intent.op) {
-          case 'Start':
-            return { stream, command: { type: 'Start', jobId, leaseId, workerId: 'w1' } };
-          case 'Renew':
-            return { stream, command: { type: 'Renew', jobId, leaseId } };
-          case 'Complete':
-            return { stream, command: { type: 'Complete', jobId, leaseId } };
-          case 'Fail':
-            return { stream, command: { type: 'Fail', jobId, leaseId, error: 'boom', jitter: intent.jitter } };
-          case 'Yield':
-            return { stream, command: { type: 'Yield', jobId, leaseId, ...(intent.yieldDelay === null ? {} : { delayMs: intent.yieldDelay }) } };
-        }
-        return undefined;
-      }
-      case 'expire':
-        return { stream: pick(homeChoices, intent.stream)!, command: { type: 'ExpireLeases', jitter: intent.jitter } };
-      case 'admitDue':
-        return { stream: pick(streams, intent.stream)!, command: { type: 'AdmitDue' } };
-      case 'cancel': {
-        const chosen = pick(homeJobs(), intent.pick);
-        return chosen === undefined ? undefined : { stream: chosen[0], command: { type: 'Cancel', jobId: chosen[1], by: 'op' } };
-      }
-      case 'discard': {
-        const stream = pick(opChoices, intent.stream)!;
-        if (intent.mask === null) return { stream, command: { type: 'DiscardParked', by: 'op' } };
-        const parkedHere = Object.entries(stateOf(states, stream).jobs).filter(([, j]) => j.status === 'parked' && j.home === undefined).map(([id]) => id);
-        return { stream, command: { type: 'DiscardParked', by: 'op', jobIds: parkedHere.filter((_, i) => (intent.mask! & (1 << i % 4)) !== 0) } };
-      }
-      case 'revoke': {
-        const stream = pick(opChoices, intent.stream)!;
-        if (intent.pick === null) return { stream, command: { type: 'RevokeLease', by: 'op', jitter: intent.jitter } };
-        const chosen = pick(holders(stateOf(states, stream)), intent.pick);
-        return { stream, command: { type: 'RevokeLease', by: 'op', jitter: intent.jitter, ...(chosen === undefined ? {} : { jobId: chosen.jobId }) } };
-      }
-      case 'setLimit':
-        return { stream: pick(opChoices, intent.stream)!, command: { type: 'SetLimit', limit: intent.limit, by: 'op' } };
-      case 'pause': {
-        const stream = pick(opChoices, intent.stream)!;
-        return { stream, command: stateOf(states, stream).paused !== undefined ? { type: 'ResumeKey', by: 'op' } : { type: 'PauseKey', by: 'op' } };
-      }
-      case 'fill':
-        return { stream: pick(streams, intent.stream)!, command: { type: 'FillSlots' } };
-    }
-  };
-
-  const decideOne = (index: number, command: Command, stream: string, followUp: boolean): AcrossOutcome => {
+  const decideOne = (index: number, command: Command, stream: string, followUp: boolean, now: number): AcrossOutcome => {
     const decoded = decodeCommand(command);
     if (E.isLeft(decoded)) throw new Error(`the generator made a command the codecs refuse: ${JSON.stringify(command)}: ${decoded.left.message}`);
     const before = states;
@@ -592,28 +386,14 @@ const runFairness = (scenario: Scenario, findings: Findings): void => {
     return outcome;
   };
 
-  scenario.intents.forEach((intent, index) => {
-    now += intent.dt;
-    const chosen = commandFor(intent);
-    if (chosen === undefined) return;
-    const pending: [string, FillLater][] = [];
-    const serve = (o: AcrossOutcome) => {
-      if (o.tag === 'decided') pending.push(...o.fillLater);
-    };
-    serve(decideOne(index, chosen.command, chosen.stream, false));
-    for (let rounds = 0; pending.length > 0; rounds++) {
-      if (rounds > 50) throw new Error('fillLater never ran dry');
-      const [s, { after }] = pending.shift()!;
-      serve(decideOne(index, { type: 'FillSlots', ...(after === undefined ? {} : { after: { priority: after.priority, seq: after.seq } }) }, s, true));
-    }
-  });
+  driveScenario(scenario, world, TS, () => states, decideOne);
 };
 
 describe('one fair order across stacked limits: property over random command sequences', () => {
   it('no job under further limits takes its slots while a job parked ahead of it in one of its lines could have taken them', () => {
     const totals: Findings = { checked: 0, promotions: 0, contested: 0, sameDecision: 0, violations: [] };
     fc.assert(
-      fc.property(scenarioArb, (scenario) => {
+      fc.property(mixedScenarioArb, (scenario) => {
         const findings: Findings = { checked: 0, promotions: 0, contested: 0, sameDecision: 0, violations: [] };
         runFairness(scenario, findings);
         totals.checked += findings.checked;
