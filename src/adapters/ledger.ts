@@ -1,12 +1,15 @@
 import * as E from 'fp-ts/lib/Either.js';
 import pg from 'pg';
-import { audit, type Audit, type AuditTarget } from '../commands/audit.js';
+import { audit, jobHistory, type Audit, type AuditTarget, type JobHistory } from '../commands/audit.js';
+import * as deadJobs from '../commands/dead-jobs.js';
+import { explainJob } from '../commands/explain.js';
 import { enqueueMany, keyEventId, type EnqueueInput, type Enqueued } from '../commands/enqueue.js';
 import { KeyWriter, type CommandResult, type KeyCommand, type Loaded } from '../commands/key-writer.js';
 import * as operator from '../commands/operator-actions.js';
 import type { Command } from '../domain/commands.js';
 import type { EventStore, JsonObject } from '../domain/ports/event-store.js';
 import { RefusedError } from '../domain/errors.js';
+import type { Explanation } from '../domain/explain.js';
 import type { Logger } from '../domain/ports/logger.js';
 import { keyStream, queueCapKey } from '../domain/streams.js';
 import { Limit, QueueName, ValidationError, checkField } from '../domain/values.js';
@@ -15,6 +18,7 @@ import { READ_MODELS, createReadModelProjections } from '../projections/read-mod
 import { AsyncProjectionRunner } from '../projections/runner.js';
 import { PostgresEventStore } from './eventstore/postgres/postgres-event-store.js';
 import { createLogger } from './logging/logger.js';
+import { archiveFinishedJobs, type ArchiveOptions, type ArchiveResult } from './postgres/archive.js';
 import { Notifications } from './postgres/listener.js';
 import { outagesOf, waitingForDatabase, type DatabaseOutages } from './postgres/outage.js';
 import { migrate } from './postgres/migrations.js';
@@ -22,6 +26,7 @@ import { PostgresSnapshotStore } from './postgres/postgres-snapshot-store.js';
 import { projectionMode, type ProjectionMode } from './postgres/projection-mode.js';
 import { jobStreamOf } from './postgres/queries/job-stream.js';
 import { keyDetail, type KeyDetail } from './postgres/queries/key-detail.js';
+import { deadJobsOf } from './postgres/queries/dead-jobs.js';
 import { listJobs, type JobFilter, type JobPage } from './postgres/queries/list-jobs.js';
 import { listKeys, type KeyRow } from './postgres/queries/list-keys.js';
 import { PgQueue, dispatchQueue } from './queue/pg-queue.js';
@@ -284,6 +289,48 @@ export class Ledger {
     return operator.cancel(this.operatorDeps, input, metadata);
   }
 
+  /**
+   * Dead jobs run again, recorded with `by`: each keeps its id, gets a fresh set of attempts and is
+   * admitted like an arrival (a free slot, or the back of its line). Some by id, or every dead job
+   * of a key. All or nothing: a job that is not dead is refused (RefusedError) and nothing is written.
+   */
+  retry(input: deadJobs.DeadJobsInput, metadata?: JsonObject): Promise<{ retried: deadJobs.Retried[] }> {
+    return deadJobs.retry(this.deadJobDeps, input, metadata);
+  }
+
+  /** Dead jobs leave the failed list for good, recorded with `by` (DeadDiscarded); as retry, some by id or every one of a key. */
+  discardDead(input: deadJobs.DeadJobsInput, metadata?: JsonObject): Promise<{ discarded: string[] }> {
+    return deadJobs.discardDead(this.deadJobDeps, input, metadata);
+  }
+
+  /** Why a job is where it is (its place in line, what it waits on, its holders' leases, its waits), now or as of `at`, from the ledger. */
+  explain(input: { readonly jobId: string; readonly at?: number | string | Date }): Promise<Explanation> {
+    return explainJob({ store: this.store, jobStream: this.jobStream, clock: this.clock }, input);
+  }
+
+  /** A job's events across every stream it appears on (its key and its limit keys), in order, with who and why. */
+  jobHistory(input: { readonly jobId: string }): Promise<JobHistory> {
+    return jobHistory({ store: this.store, jobStream: this.jobStream }, input);
+  }
+
+  /**
+   * Moves the events of jobs that finished before `before` (epoch ms) out of the live table into
+   * events_archive; every reader of history reads both, so no answer changes (src/adapters/postgres/archive.ts).
+   */
+  archive(options: ArchiveOptions): Promise<ArchiveResult> {
+    return archiveFinishedJobs(this.pool, options);
+  }
+
+  private get deadJobDeps(): deadJobs.DeadJobDeps {
+    return {
+      executeMany: (items, options) => this.writer.executeMany(items, options),
+      load: (stream) => this.writer.load(stream),
+      store: this.store,
+      jobStream: this.jobStream,
+      deadJobsOf: (key) => deadJobsOf(this.pool, key),
+    };
+  }
+
   private readonly jobStream = (jobId: string): Promise<string | null> => jobStreamOf(this.pool, jobId);
 
   private get operatorDeps(): operator.OperatorDeps {
@@ -298,7 +345,7 @@ export class Ledger {
   /** A worker running jobs from one dispatch queue; call start() on it, and stop() to shut it down gracefully. */
   worker(options: WorkerOptions): Worker {
     const worker = new Worker(
-      { writer: this.writer, queue: this.queue, directHandoff: this.directHandoff, watchLostLeases: (lost) => this.watchLostLeases(lost), clock: this.clock, random: this.random, outages: this.outages },
+      { writer: this.writer, queue: this.queue, db: this.pool, directHandoff: this.directHandoff, watchLostLeases: (lost) => this.watchLostLeases(lost), clock: this.clock, random: this.random, outages: this.outages },
       this.log.child({ component: 'worker', queue: options.queue ?? 'default' }),
       options,
     );

@@ -308,6 +308,8 @@ class KeyStates {
     if (c.type === 'Enqueue' || c.type === 'EnqueueMany') {
       for (const job of c.type === 'Enqueue' ? [c.job] : c.jobs) for (const l of job.limits ?? []) out.add(keyStream(l.key));
     }
+    // A dead job retried is admitted on its limit keys too (it has left the state: the command names them).
+    if (c.type === 'RetryJob') for (const l of c.job.limits ?? []) out.add(keyStream(l));
     const state = this.entries.get(item.stream)?.state;
     if (state === undefined) return [...out];
     /** The streams of a job of `line`'s stream: its home (for a guest) and its limit keys. */

@@ -105,7 +105,8 @@ export const handoffsOf = (key: string, events: Iterable<RevisionedEvent>): Hand
     const e = event;
     switch (e.type) {
       case 'JobEnqueued':
-        // A finished job's id enqueued again is a new job, with limits of its own or none.
+      case 'JobRetried':
+        // A finished job's id enqueued again is a new job, with limits of its own or none (a retried one: those it had).
         if (e.data.limits !== undefined && e.data.limits.length > 0) limitsOf.set(e.data.jobId, e.data.limits);
         else limitsOf.delete(e.data.jobId);
         continue;
@@ -229,6 +230,10 @@ const inWords = (e: KeyEvent, guest: (jobId: string) => string, homes: Map<strin
       return `job ${e.data.jobId} rejected: ${e.data.reason}`;
     case 'ParkedReplaced':
       return `parked job ${e.data.jobId} replaced by job ${e.data.by}`;
+    case 'JobRetried':
+      return `dead job ${e.data.jobId} retried by ${e.data.by}: ${e.data.maxAttempts} fresh ${e.data.maxAttempts === 1 ? 'attempt' : 'attempts'}, priority ${e.data.priority}${underLimits(e.data.limits)}`;
+    case 'DeadDiscarded':
+      return `dead job ${e.data.jobId} discarded by ${e.data.by}`;
     case 'KeyPaused':
       return `key paused by ${e.data.by}${e.data.reason === null ? '' : `: ${e.data.reason}`}`;
     case 'KeyResumed':

@@ -116,6 +116,22 @@ export const ResumeKey = withOptional(command('ResumeKey', { by: By }), { reason
  */
 export const FillSlots = withOptional(command('FillSlots', {}), { after: t.type({ priority: t.number, seq: t.number }) });
 
+/**
+ * Brings a dead job back on its home stream. The job has left the key's state, so the command
+ * carries what its JobEnqueued said (the command layer reads it from the ledger): the decider
+ * refuses a job the state still holds (NotDead), and the command layer one that is not dead.
+ */
+export const RetryJob = command('RetryJob', {
+  jobId: Id,
+  by: By,
+  job: t.intersection([
+    t.type({ queue: QueueName, priority: Priority, maxAttempts: MaxAttempts, leaseMs: LeaseMs }),
+    t.partial({ limits: t.array(Key) }),
+  ]),
+});
+/** Drops a dead job from the failed list for good, recorded on its home stream. */
+export const DiscardDead = command('DiscardDead', { jobId: Id, by: By });
+
 const codecs = {
   Enqueue,
   EnqueueMany,
@@ -133,6 +149,8 @@ const codecs = {
   FillSlots,
   DiscardParked,
   Cancel,
+  RetryJob,
+  DiscardDead,
 };
 
 export type Command = { [K in keyof typeof codecs]: t.TypeOf<(typeof codecs)[K]> }[keyof typeof codecs];

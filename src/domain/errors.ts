@@ -15,7 +15,9 @@ export type DomainError =
   | { readonly tag: 'HeldElsewhere'; readonly jobId: string; readonly home: string }
   /** A pause of a paused key, or a resume of a running one. */
   | { readonly tag: 'AlreadyPaused'; readonly by: string; readonly reason: string | null }
-  | { readonly tag: 'NotPaused' };
+  | { readonly tag: 'NotPaused' }
+  /** A retry or a discard of a dead job named a job that is not dead (`status`: where it is, or how it ended). */
+  | { readonly tag: 'NotDead'; readonly jobId: string; readonly status: string };
 
 export const describeDomainError = (e: DomainError): string => {
   switch (e.tag) {
@@ -35,6 +37,8 @@ export const describeDomainError = (e: DomainError): string => {
       return `the key is already paused (by ${e.by}${e.reason === null ? '' : `: ${e.reason}`}); nothing changed`;
     case 'NotPaused':
       return 'the key is not paused; nothing changed';
+    case 'NotDead':
+      return `job ${e.jobId} is ${e.status}, not dead: only a dead job is retried or discarded as dead; nothing changed`;
     case 'HeldElsewhere':
       return `job ${e.jobId} is under this key's limit but belongs to ${e.home}: act on it there; nothing changed`;
     case 'LimitMismatch':

@@ -102,6 +102,18 @@ export const SlotReleased = eventWith('SlotReleased', { jobId: JobId, leaseId: L
 export const JobYielded = eventWith('JobYielded', { jobId: JobId, leaseId: LeaseId }, { attempts: t.number, reason: t.string, retryAt: Time });
 export const JobCancelled = event('JobCancelled', { jobId: JobId, by: t.string });
 export const ParkedDiscarded = event('ParkedDiscarded', { jobId: JobId, by: t.string });
+/**
+ * An operator brought a dead job back (`by`): it keeps its id, gets a fresh set of attempts and is
+ * admitted like an arrival, at the back of its line. It carries what the key's state needs of the
+ * job (its JobEnqueued's), since a dead job has left the state.
+ */
+export const JobRetried = eventWith(
+  'JobRetried',
+  { jobId: JobId, by: t.string, queue: t.string, priority: t.number, maxAttempts: t.number, leaseMs: t.number },
+  { limits: t.array(t.string) },
+);
+/** An operator dropped a dead job from the failed list for good (`by`); it changes no key state (a dead job has left it). */
+export const DeadDiscarded = event('DeadDiscarded', { jobId: JobId, by: t.string });
 /** A job with whenFull "reject" found its key full (or paused) at enqueue: it is recorded, and never runs. */
 export const JobRejected = event('JobRejected', { jobId: JobId, reason: t.string });
 /** A parked job dropped for a newer one of the same name with whenFull "replace" (a trailing debounce): `by` is the newer job. */
@@ -147,6 +159,8 @@ export const KeyEvent = t.union([
   ParkedReplaced,
   KeyPaused,
   KeyResumed,
+  JobRetried,
+  DeadDiscarded,
   LimitWaiting,
   LimitHeld,
   LimitReleased,

@@ -209,23 +209,14 @@ export const apply = (d: Draft, event: KeyEvent): void => {
         d.limit = 1;
         d.leaseMs = e.leaseMs;
       }
-      d.jobs[e.jobId] = {
-        status: 'pending',
-        priority: e.priority,
-        seq: d.nextSeq,
-        attempts: 0,
-        maxAttempts: e.maxAttempts,
-        leaseMs: e.leaseMs,
-        queue: e.queue,
-        runAt: null,
-        parkedAt: null,
-        lease: null,
-        ...(e.whenFull === 'replace' ? { debounce: e.name } : {}),
-        ...(e.limits !== undefined && e.limits.length > 0 ? { limits: e.limits } : {}),
-      };
-      d.nextSeq += 1;
-      return;
+      return arrive(d, e.jobId, e, e.whenFull === 'replace' ? { debounce: e.name } : {});
     }
+    case 'JobRetried':
+      // Back as a new arrival: a fresh set of attempts and a place at the back of its line.
+      return arrive(d, event.data.jobId, event.data, {});
+    case 'DeadDiscarded':
+      // A dead job has left the state already: only the read models and the audit record it.
+      return;
     case 'SlotAcquired':
     case 'JobPromoted': {
       const { leaseId, at } = event.data;
@@ -296,6 +287,30 @@ export const apply = (d: Draft, event: KeyEvent): void => {
     case 'LimitLeft':
       return setJob(d, event.data.jobId, () => undefined);
   }
+};
+
+/** A job enters the state (enqueued, or a dead one retried), pending until the same append says where it goes. */
+const arrive = (
+  d: Draft,
+  jobId: string,
+  e: { readonly priority: number; readonly maxAttempts: number; readonly leaseMs: number; readonly queue: string; readonly limits?: readonly string[] | undefined },
+  extra: Partial<JobState>,
+): void => {
+  d.jobs[jobId] = {
+    status: 'pending',
+    priority: e.priority,
+    seq: d.nextSeq,
+    attempts: 0,
+    maxAttempts: e.maxAttempts,
+    leaseMs: e.leaseMs,
+    queue: e.queue,
+    runAt: null,
+    parkedAt: null,
+    lease: null,
+    ...extra,
+    ...(e.limits !== undefined && e.limits.length > 0 ? { limits: [...e.limits] } : {}),
+  };
+  d.nextSeq += 1;
 };
 
 /** A job under further limits than its stream's own (at home, or as a guest of a limit key). */

@@ -39,6 +39,8 @@ const LAST_ERROR = 32;
 const FINISH_REASON = 64;
 const WORKER_ID = 128;
 const LEASE_ID = 256;
+/** jl_jobs.seq: a dead job retried takes a new place at the back of its line (key-state.ts arrive). */
+const SEQ = 512;
 
 // Bits of SlotChange.m.
 const SLOT_STARTED = 1;
@@ -75,6 +77,8 @@ interface JobChange {
   created: { seq: number; name: string; queue: string; args: unknown; priority: number; max_attempts: number; lease_ms: number; enqueued_at: number; limits: string[] | null } | null;
   m: number;
   readonly cols: Columns;
+  /** With SEQ: the revision of its JobRetried, its new place in line (kept apart from cols: an INSERT takes created.seq). */
+  seq: number | null;
   /** Time of the last event that changes its jl_jobs row; null: the row is not touched. */
   updatedAt: number | null;
   /** A JobYielded recorded before it carried `attempts`: hand the attempt back if jl_slots says this lease was started. */
@@ -97,6 +101,7 @@ const change = (pe: ProjectedEvent, jobId: string): JobChange => ({
   key: pe.key,
   created: null,
   m: 0,
+  seq: null,
   cols: { status: null, attempts: null, run_at: null, started_at: null, finished_at: null, last_error: null, finish_reason: null, worker_id: null, lease_id: null },
   updatedAt: null,
   yieldLease: null,
@@ -154,6 +159,25 @@ const foldEvent = (c: JobChange, pe: ProjectedEvent): void => {
       set(c, LEASE_ID, 'lease_id', event.data.leaseId);
       set(c, RUN_AT, 'run_at', null);
       c.slot = { lease_id: event.data.leaseId, how: event.type === 'SlotAcquired' ? 'acquired' : 'promoted', acquired_at: at, expires_at: null, worker_id: null, started_at: null, attempt: null };
+      break;
+    case 'JobRetried':
+      // Back from the dead as a new arrival: pending until the same append admits or parks it, a
+      // fresh set of attempts, unfinished; its last error stays, for history.
+      if (c.created !== null) c.created.seq = pe.revision;
+      else {
+        c.m |= SEQ;
+        c.seq = pe.revision;
+      }
+      set(c, STATUS, 'status', 'pending');
+      set(c, ATTEMPTS, 'attempts', 0);
+      set(c, RUN_AT, 'run_at', null);
+      set(c, FINISHED_AT, 'finished_at', null);
+      set(c, FINISH_REASON, 'finish_reason', null);
+      break;
+    case 'DeadDiscarded':
+      // Off the failed list for good; it stays finished when it died (finished_at).
+      set(c, STATUS, 'status', 'discarded');
+      set(c, FINISH_REASON, 'finish_reason', `dead, then discarded by ${event.data.by}`);
       break;
     case 'JobParked':
       set(c, STATUS, 'status', 'parked');
@@ -339,7 +363,7 @@ export const projectReadModels = (events: readonly ProjectedEvent[]): readonly S
   add(PAUSE_KEYS_SQL, [...pauses.values()]);
   add(INSERT_JOBS_SQL, all.filter((c) => c.created !== null).map((c) => ({ job_id: c.jobId, stream: c.stream, key: c.key, ...c.created, ...c.cols, updated_at: c.updatedAt })));
   const updated = all.filter((c) => c.created === null && c.updatedAt !== null);
-  if (updated.length > 0) out.push(statement(UPDATE_JOBS_SQL, JSON.stringify(updated.map((c) => ({ job_id: c.jobId, m: c.m, ...c.cols, yield_lease: c.yieldLease, updated_at: c.updatedAt }))), updated.map((c) => c.jobId)));
+  if (updated.length > 0) out.push(statement(UPDATE_JOBS_SQL, JSON.stringify(updated.map((c) => ({ job_id: c.jobId, m: c.m, ...c.cols, seq: c.seq, yield_lease: c.yieldLease, updated_at: c.updatedAt }))), updated.map((c) => c.jobId)));
   const dropSlots = all.filter((c) => c.dropSlot).map((c) => c.jobId);
   if (dropSlots.length > 0) out.push(statement(DELETE_SLOTS_SQL, dropSlots));
   add(INSERT_SLOTS_SQL, all.filter((c) => c.slot !== null).map((c) => ({ job_id: c.jobId, stream: c.stream, key: c.key, ...c.slot })));
@@ -402,10 +426,11 @@ UPDATE jl_jobs j SET
   ${keep(FINISH_REASON, 'finish_reason', 'x.finish_reason')},
   ${keep(WORKER_ID, 'worker_id', 'x.worker_id')},
   ${keep(LEASE_ID, 'lease_id', 'x.lease_id')},
+  ${keep(SEQ, 'seq', 'x.seq')},
   updated_at = ${ms('x.updated_at')}
 FROM jsonb_to_recordset($1::jsonb) AS x (
   job_id text, m int, status text, attempts int, run_at float8, started_at float8, finished_at float8, last_error text,
-  finish_reason text, worker_id text, lease_id text, yield_lease text, updated_at float8)
+  finish_reason text, worker_id text, lease_id text, seq bigint, yield_lease text, updated_at float8)
 WHERE j.job_id = ANY ($2::text[]) AND j.job_id = x.job_id`;
 
 export const DELETE_SLOTS_SQL = `DELETE FROM jl_slots WHERE job_id = ANY($1::text[])`;

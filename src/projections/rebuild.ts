@@ -176,15 +176,16 @@ export async function replayInto(
 
 // The events committed in the rebuild's snapshot after a position, `$4` of them and then the rest
 // of the last one's transaction: projections take whole transactions (./projection.ts). Both
-// scans walk events_global_order from the position, so a batch costs its size, not the ledger's.
+// scans walk events_global_order (and events_archive_global_order: ledger_events is both tables)
+// from the position, so a batch costs its size, not the ledger's.
 // No column keeps its name under a cast: ORDER BY would sort by the text (regression: a batch
 // ended at global position 999999 inside a transaction whose 1000000 had sorted first, and the
 // next batch replayed that transaction again). int8 arrives as a string anyway.
 const AFTER = `(transaction_id, global_position) > ($1::xid8, $2::bigint) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)`;
 export const REPLAY_SQL = `
-SELECT global_position, transaction_id::text AS transaction_id_text, stream, stream_revision, type, data, metadata -> '${EVENT_SCHEMA_KEY}' AS schema_version FROM events
+SELECT global_position, transaction_id::text AS transaction_id_text, stream, stream_revision, type, data, metadata -> '${EVENT_SCHEMA_KEY}' AS schema_version FROM ledger_events
 WHERE ${AFTER}
   AND transaction_id <= coalesce(
-    (SELECT transaction_id FROM events WHERE ${AFTER} ORDER BY transaction_id, global_position OFFSET $4 - 1 LIMIT 1),
+    (SELECT transaction_id FROM ledger_events WHERE ${AFTER} ORDER BY transaction_id, global_position OFFSET $4 - 1 LIMIT 1),
     '18446744073709551615'::xid8)
 ORDER BY transaction_id, global_position`;

@@ -118,8 +118,8 @@ describe('the embedded PostgreSQL shared by CLI processes', () => {
     const worker = await startWorker(home);
     expect(worker.stderr()).toContain(`reusing the PostgreSQL server already running on ${dataDir} (pid ${server}`);
     expect(await postmasters(dataDir)).toEqual([server]);
-    const state = await jobledger(home, 'state', '--key', 'anything', '--json');
-    expect(state).toMatchObject({ code: 0 });
+    const keys = await jobledger(home, 'keys', '--json');
+    expect(keys).toMatchObject({ code: 0 });
     expect(await postmasters(dataDir)).toEqual([server]); // the worker still uses it
 
     // Killed again: this time the next command is a short one, the only live user, so it stops the server.

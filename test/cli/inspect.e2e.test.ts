@@ -56,9 +56,9 @@ describe('jobledger keys', () => {
     expect(result.code, result.stderr).toBe(0);
     expect(JSON.parse(result.stdout) as KeyRow[]).toEqual([
       // b, promoted by a's completion, holds the slot unstarted: no expiry until a worker starts it.
-      { key: 'acme', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'unstarted', atLimit: true, quarantine: null, paused: null },
-      { key: 'quiet', limit: 1, inUse: 0, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'none', atLimit: false, quarantine: null, paused: null },
-      { key: 'stale', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: BASE + 1_802 * SEC, leaseState: 'expired', atLimit: true, quarantine: null, paused: null },
+      { key: 'acme', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'unstarted', holderStates: { running: 0, unstarted: 1, expired: 0, workerGone: 0 }, oldestUnstartedAt: expect.any(Number), atLimit: true, quarantine: null, paused: null },
+      { key: 'quiet', limit: 1, inUse: 0, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'none', holderStates: { running: 0, unstarted: 0, expired: 0, workerGone: 0 }, oldestUnstartedAt: null, atLimit: false, quarantine: null, paused: null },
+      { key: 'stale', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: BASE + 1_802 * SEC, leaseState: 'expired', holderStates: { running: 0, unstarted: 0, expired: 1, workerGone: 0 }, oldestUnstartedAt: null, atLimit: true, quarantine: null, paused: null },
     ]);
   });
 

@@ -63,6 +63,8 @@ export type Intent = { readonly dt: number } & (
   | { readonly kind: 'revoke'; readonly pick: number | null; readonly jitter: number }
   | { readonly kind: 'discard'; readonly mask: number | null; readonly stray: number | null }
   | { readonly kind: 'cancel'; readonly pick: number }
+  /** An operator retries a dead job (stray: a job the key still holds, which is refused). */
+  | { readonly kind: 'retry'; readonly pick: number; readonly stray: boolean }
 );
 
 export interface Scenario {
@@ -170,6 +172,7 @@ const intentArb: fc.Arbitrary<Intent> = fc.oneof(
     ),
   },
   { weight: 5, arbitrary: withDt(fc.record({ kind: fc.constant('cancel' as const), pick: pickArb })) },
+  { weight: 4, arbitrary: withDt(fc.record({ kind: fc.constant('retry' as const), pick: pickArb, stray: fc.integer({ min: 0, max: 4 }).map((n) => n === 0) })) },
 );
 
 export const scenarioArb = (maxLength = 40): fc.Arbitrary<Scenario> =>
@@ -226,6 +229,10 @@ interface Memory {
   readonly knownSet: Set<string>;
   /** Every lease id ever issued, with its job. */
   readonly leases: { readonly jobId: string; readonly leaseId: string }[];
+  /** What each job's JobEnqueued said, for a retry (the command layer reads it from the ledger). */
+  readonly specs: Map<string, Extract<Command, { type: 'RetryJob' }>['job']>;
+  /** Jobs dead now (not retried since), in order of death. */
+  readonly dead: string[];
   fresh: number;
 }
 
@@ -332,13 +339,20 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
     }
     case 'cancel':
       return { type: 'Cancel', by, jobId: at([...memory.known, 'ghost'], intent.pick)! };
+    case 'retry': {
+      const held = entriesOf(state).map((e) => e.jobId);
+      const jobId = at(intent.stray || memory.dead.length === 0 ? held : memory.dead, intent.pick) ?? at(memory.dead, intent.pick);
+      // Nothing dead and nothing held: no retry the command layer would send.
+      if (jobId === undefined) return { type: 'AdmitDue' };
+      return { type: 'RetryJob', jobId, by, job: memory.specs.get(jobId)! };
+    }
   }
 };
 
 /** Runs a scenario from a fresh key: decide, then fold on Right; a Left changes nothing. */
 export const runScenario = (scenario: Scenario, options: RunOptions = {}): Trace => {
   const decide = options.decide ?? domainDecide;
-  const memory: Memory = { known: [], knownSet: new Set(), leases: [], fresh: 0 };
+  const memory: Memory = { known: [], knownSet: new Set(), leases: [], specs: new Map(), dead: [], fresh: 0 };
   const steps: Step[] = [];
   const events: KeyEvent[] = [];
   let state = deepFreeze(initialKeyState);
@@ -358,7 +372,10 @@ export const runScenario = (scenario: Scenario, options: RunOptions = {}): Trace
       if (e.type === 'JobEnqueued' && jobId !== undefined && !memory.knownSet.has(jobId)) {
         memory.knownSet.add(jobId);
         memory.known.push(jobId);
+        memory.specs.set(jobId, { queue: e.data.queue, priority: e.data.priority, maxAttempts: e.data.maxAttempts, leaseMs: e.data.leaseMs });
       }
+      if (e.type === 'JobDead') memory.dead.push(e.data.jobId);
+      if (e.type === 'JobRetried') memory.dead.splice(memory.dead.indexOf(e.data.jobId), 1);
       if ((e.type === 'SlotAcquired' || e.type === 'JobPromoted') && jobId !== undefined) {
         memory.leases.push({ jobId, leaseId: e.data.leaseId });
       }

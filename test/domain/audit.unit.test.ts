@@ -46,6 +46,26 @@ const handoff = (h: Pick<Handoff, 'jobId' | 'leaseId' | 'acquiredAt' | 'acquired
 });
 
 describe('handoffsOf', () => {
+  it('a dead job retried comes back as a new handoff under a new lease, with its attempt counted afresh; the retry and a discard say who', () => {
+    const retry: Command = { type: 'RetryJob', jobId: 'a', by: 'alice', job: { queue: 'default', priority: 0, maxAttempts: 1, leaseMs: LEASE } };
+    const events = play(
+      [{ type: 'Enqueue', limit: 1, job: job('a', { maxAttempts: 1 }) }, T0],
+      [startCmd('a', 'a:1'), T0 + SEC],
+      [{ type: 'Fail', jobId: 'a', leaseId: 'a:1', error: 'boom', jitter: 0 }, T0 + 2 * SEC],
+      [retry, T0 + 5 * SEC],
+      [startCmd('a', 'a:2'), T0 + 6 * SEC],
+      [{ type: 'Fail', jobId: 'a', leaseId: 'a:2', error: 'boom again', jitter: 0 }, T0 + 7 * SEC],
+      [{ type: 'DiscardDead', jobId: 'a', by: 'bob' }, T0 + 8 * SEC],
+    );
+    expect(handoffsOf('k', events).map((h) => [h.leaseId, h.attempt, h.reason, h.error])).toEqual([
+      ['a:1', 1, 'failed', 'boom'],
+      ['a:2', 1, 'failed', 'boom again'],
+    ]);
+    const words = describeEvents(events.map((e) => e.event));
+    expect(words).toContain('dead job a retried by alice: 1 fresh attempt, priority 0');
+    expect(words.at(-1)).toBe('dead job a discarded by bob');
+  });
+
   it('completion hands the slot to the parked job, which records how long it waited; its failure records the error', () => {
     const events = play(
       [enqueue('a'), T0], // 0 KeyLimitSet, 1 JobEnqueued, 2 SlotAcquired

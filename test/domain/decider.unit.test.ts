@@ -1,8 +1,9 @@
 import * as E from 'fp-ts/lib/Either.js';
 import { describe, expect, it } from 'vitest';
+import type { Command } from '../../src/domain/commands.js';
 import { decide } from '../../src/domain/decide/index.js';
 import { mk, type KeyEvent } from '../../src/domain/events.js';
-import { fold, initialKeyState } from '../../src/domain/key-state.js';
+import { fold, initialKeyState, parkedInOrder } from '../../src/domain/key-state.js';
 import {
   LEASE,
   SEC,
@@ -532,5 +533,56 @@ describe('Cancel', () => {
 
   it('an unknown or finished job is refused', () => {
     given(...aRunningBParked).when({ type: 'Cancel', jobId: 'zz', by: 'ops' }).thenRefused({ tag: 'JobNotFound', jobId: 'zz' });
+  });
+});
+
+/** a ran once and died (maxAttempts 1): it has left the key's state. */
+const aDied = [
+  limitSet(1),
+  enqueued(job('a', { maxAttempts: 1 })),
+  acquired('a', 'a:1'),
+  started('a', 'a:1', T0 + SEC),
+  failed('a', 'a:1', T0 + 2 * SEC, 1, 'boom', null),
+  released('a', 'a:1', 'failed', T0 + 2 * SEC),
+  dead('a', 'failed; no attempt left (1/1)', T0 + 2 * SEC),
+];
+const retryA = { type: 'RetryJob', jobId: 'a', by: 'alice', job: { queue: 'default', priority: 0, maxAttempts: 1, leaseMs: LEASE } } satisfies Command;
+const retriedA = (at: number) => mk('JobRetried', { jobId: 'a', by: 'alice', queue: 'default', priority: 0, maxAttempts: 1, leaseMs: LEASE, at });
+
+describe('RetryJob', () => {
+  it('brings a dead job back with a fresh set of attempts: it takes the free slot under a new lease', () => {
+    const step = given(...aDied).when(retryA, T0 + 9 * SEC);
+    step.then(retriedA(T0 + 9 * SEC), acquired('a', 'a:2', T0 + 9 * SEC));
+    expect(step.state().jobs.a).toMatchObject({ status: 'holding', attempts: 0, maxAttempts: 1 });
+  });
+
+  it('parks at the back of the line when the key is full: never over the limit', () => {
+    const step = given(...aDied, enqueued(b), acquired('b', 'b:2'), enqueued(c), parked('c')).when(retryA, T0 + 9 * SEC);
+    step.then(retriedA(T0 + 9 * SEC), parked('a', T0 + 9 * SEC));
+    // c was enqueued after a, but a's retry is a new arrival: behind c.
+    expect(parkedInOrder(step.state()).map((j) => j.jobId)).toEqual(['c', 'a']);
+  });
+
+  it('parks on a paused key', () => {
+    given(...aDied, paused('ops', null)).when(retryA, T0 + 9 * SEC).then(retriedA(T0 + 9 * SEC), parked('a', T0 + 9 * SEC));
+  });
+
+  it('refuses a job the key still holds: it is not dead (a second retry finds the first)', () => {
+    const once = [...aDied, retriedA(T0 + 9 * SEC), acquired('a', 'a:2', T0 + 9 * SEC)];
+    given(...once).when(retryA).thenRefused({ tag: 'NotDead', jobId: 'a', status: 'holding' });
+    given(...once, started('a', 'a:2', T0 + 10 * SEC)).when(retryA).thenRefused({ tag: 'NotDead', jobId: 'a', status: 'running' });
+    given(...aRunningBParked).when({ ...retryA, jobId: 'b' }).thenRefused({ tag: 'NotDead', jobId: 'b', status: 'parked' });
+  });
+});
+
+describe('DiscardDead', () => {
+  it('records who dropped the dead job; the key\'s state does not change', () => {
+    const step = given(...aDied).when({ type: 'DiscardDead', jobId: 'a', by: 'alice' }, T0 + 9 * SEC);
+    step.then(mk('DeadDiscarded', { jobId: 'a', by: 'alice', at: T0 + 9 * SEC }));
+    expect(step.state()).toEqual(fold(initialKeyState, aDied));
+  });
+
+  it('refuses a job the key still holds', () => {
+    given(...aRunningBParked).when({ type: 'DiscardDead', jobId: 'a', by: 'alice' }).thenRefused({ tag: 'NotDead', jobId: 'a', status: 'running' });
   });
 });

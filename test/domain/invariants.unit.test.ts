@@ -46,9 +46,11 @@ const roundTrip = <T>(value: T): T => JSON.parse(JSON.stringify(value)) as T;
 /** Promotion order from the ledger alone: priority as enqueued, then enqueue order. */
 class EnqueueOrder {
   private readonly order = new Map<string, { readonly priority: number; readonly n: number }>();
+  private arrivals = 0;
 
+  /** A dead job retried arrives again: its place is at the back of the line. */
   see(event: KeyEvent): void {
-    if (event.type === 'JobEnqueued') this.order.set(event.data.jobId, { priority: event.data.priority, n: this.order.size });
+    if (event.type === 'JobEnqueued' || event.type === 'JobRetried') this.order.set(event.data.jobId, { priority: event.data.priority, n: this.arrivals++ });
   }
 
   sort(jobIds: readonly string[]): string[] {
@@ -208,13 +210,15 @@ const exactlyOnePlace = (trace: Trace): void => {
       const jobId = jobIdOf(event);
       if (jobId === undefined) return;
       const finishedStep = finishedAt.get(jobId);
-      if (finishedStep !== undefined) {
+      // A dead job retried is on the key again, as a new arrival.
+      if (event.type === 'JobRetried') finishedAt.delete(jobId);
+      else if (finishedStep !== undefined) {
         // Only the release of the finished job's own slot may follow, in the same append.
         const ownRelease = event.type === 'SlotReleased' && finishedStep === step.index && before.jobs[jobId]?.status === 'finishing';
         if (!ownRelease) violation(trace, step, `invariant 5: job ${jobId} finished at step #${finishedStep}, then got ${event.type}`);
       }
-      if (event.type === 'JobEnqueued') {
-        if (before.jobs[jobId] !== undefined) violation(trace, step, `invariant 5: job ${jobId} enqueued again while ${before.jobs[jobId]?.status}`);
+      if (event.type === 'JobEnqueued' || event.type === 'JobRetried') {
+        if (before.jobs[jobId] !== undefined) violation(trace, step, `invariant 5: job ${jobId} ${event.type === 'JobRetried' ? 'retried' : 'enqueued again'} while ${before.jobs[jobId]?.status}`);
         active.add(jobId);
       } else if (before.jobs[jobId] === undefined) {
         violation(trace, step, `invariant 5: ${event.type} for job ${jobId}, which is not on the key`);
@@ -299,6 +303,11 @@ const attemptsAndDelays = (trace: Trace): void => {
       if (event.type === 'JobEnqueued') {
         const { priority, maxAttempts, runAt } = event.data;
         jobs.set(jobId, { priority, maxAttempts, seq: null, starts: 0, yields: 0, notBefore: runAt !== null && runAt > at ? runAt : -Infinity, reclaimedUnstarted: false, promisedRetryAt: undefined });
+      }
+      // A retry is a new life: a fresh set of attempts and a new place in line, due at once.
+      if (event.type === 'JobRetried') {
+        const { priority, maxAttempts } = event.data;
+        jobs.set(jobId, { priority, maxAttempts, seq: null, starts: 0, yields: 0, notBefore: -Infinity, reclaimedUnstarted: false, promisedRetryAt: undefined });
       }
       const h = jobs.get(jobId);
       if (h === undefined) return violation(trace, step, `invariant 7: ${event.type} for job ${jobId} that was never enqueued`);
@@ -405,6 +414,10 @@ const decisionsAreTotalAndRefuseOnlyWhatTheyMust = (trace: Trace): void => {
       case 'Cancel':
         expected = job === undefined ? 'JobNotFound' : null;
         break;
+      case 'RetryJob':
+        // The generator retries dead jobs (gone from the state) or, as strays, jobs the key holds.
+        expected = job !== undefined ? 'NotDead' : null;
+        break;
       case 'RevokeLease':
         expected = c.jobId !== undefined && job?.lease == null ? 'NotHolding' : null;
         break;
@@ -453,6 +466,20 @@ const decisionsAreTotalAndRefuseOnlyWhatTheyMust = (trace: Trace): void => {
     if (c.type === 'Cancel' && !step.events.some((e) => e.type === 'JobCancelled' && e.data.jobId === c.jobId)) {
       violation(trace, step, `Cancel of ${c.jobId} recorded no JobCancelled`);
     }
+  }
+};
+
+/** A retried job is admitted like an arrival: never over the limit, never ahead of the line, with no attempt used. */
+const retryIsAnArrival = (trace: Trace): void => {
+  for (const step of trace.steps) {
+    const c = step.command;
+    if (c.type !== 'RetryJob' || E.isLeft(step.result)) continue;
+    const job = step.after.jobs[c.jobId];
+    const admitted = step.events.some((e) => e.type === 'SlotAcquired');
+    if (job === undefined || job.attempts !== 0) violation(trace, step, `retried ${c.jobId} is ${JSON.stringify(job)}, not back with a fresh set of attempts`);
+    if (admitted && holders(step.after).length > step.after.limit) violation(trace, step, `retry of ${c.jobId} left ${holders(step.after).length} holders on a limit of ${step.after.limit}`);
+    if (admitted && (jobsIn(step.before, 'parked').length > 0 || step.before.paused !== undefined)) violation(trace, step, `retry of ${c.jobId} took a slot ahead of the line or on a paused key`);
+    if (!admitted && job?.status !== 'parked') violation(trace, step, `retry of ${c.jobId} neither took a slot nor parked`);
   }
 };
 
@@ -621,6 +648,10 @@ describe('key stream decisions, over the same random sequences', () => {
     check(holdingCounterIsTheHolders);
   }, TIMEOUT_MS);
 
+  it('a retry never puts a key over its limit: the dead job takes a free slot or parks, with a fresh set of attempts', () => {
+    check(retryIsAnArrival);
+  }, TIMEOUT_MS);
+
   it('ExpireLeases reclaims every expired holder in one command and no live one', () => {
     check(sweeperReclaimsExactlyTheExpired);
   }, TIMEOUT_MS);
@@ -654,12 +685,16 @@ describe('key stream decisions, over the same random sequences', () => {
         count('holders above a lowered limit', holders(step.after).length > step.after.limit);
         count('batch parks', step.command.type === 'EnqueueMany' && types.has('SlotAcquired') && types.has('JobParked'));
         count('active job re-enqueued', step.command.type === 'Enqueue' && step.before.jobs[step.command.job.jobId] !== undefined);
+        count('dead job retried into a slot', step.command.type === 'RetryJob' && types.has('SlotAcquired'));
+        count('dead job retried into the line', step.command.type === 'RetryJob' && types.has('JobParked'));
+        count('retry refused: not dead', tag === 'NotDead');
       }
     }
     const missing = [
       'promotion after completion', 'direct handoff', 'handoff passed over for another queue', 'promotion after expiry', 'promotion on a raised limit', 'AdmitDue admits', 'AdmitDue parks',
       'stale lease refused', 'already started refused', 'not started refused', 'retry scheduled', 'dead', 'started job yielded',
       'started job given back for later', 'given-back job admitted when due', 'revoked', 'parked discarded', 'holder cancelled', 'holders above a lowered limit', 'batch parks', 'active job re-enqueued',
+      'dead job retried into a slot', 'dead job retried into the line', 'retry refused: not dead',
     ].filter((what) => (counts.get(what) ?? 0) < 5);
     expect(missing).toEqual([]);
   });

@@ -1,15 +1,12 @@
-import { existsSync, mkdirSync } from 'node:fs';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { mkdirSync } from 'node:fs';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestServer, TOKEN, type TestServer } from './support.js';
+import { hasChromium, launchChromium, SKIP_NO_CHROMIUM as SKIP_NOTE, startTestServer, TOKEN, watchProblems, type TestServer } from './support.js';
 
 // The dashboard in real headless Chromium (Debian's package, driven by playwright-core), on a
 // seeded ledger served in-process. Without /usr/bin/chromium (a developer machine) it is skipped,
 // and says so; CI installs the package (.ci/run).
 
-const CHROMIUM = '/usr/bin/chromium';
-const hasChromium = existsSync(CHROMIUM);
-const SKIP_NOTE = `SKIPPED: no Chromium at ${CHROMIUM}; install Debian's package (apt-get install -y chromium) to run the dashboard browser test`;
 if (!hasChromium) console.warn(`\n*** ${SKIP_NOTE} ***\n`);
 
 const ARTIFACTS = new URL('../../test-artifacts/', import.meta.url);
@@ -31,22 +28,12 @@ beforeAll(async () => {
     { name: 'probe', key: HOSTILE, jobId: 'hostile-2' },
     { name: 'mail', key: 'ключ 🔑', limit: 2, jobId: 'uni-1' },
   ]);
-  // A worker runs order-1: its lease is live, so releasing it must warn.
+  // A worker started order-1 and never announced itself (its holder state: worker gone); its lease is live, so releasing it must warn.
   await s.start('shop/orders', 'order-1', 'worker-a');
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
   page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
-  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
-  page.on('console', (message) => {
-    if (message.type() === 'error') problems.push(`console error: ${message.text()}`);
-  });
   // An alert() would mean the hostile key's markup ran.
-  page.on('dialog', (dialog) => {
-    problems.push(`native dialog: ${dialog.message()}`);
-    void dialog.dismiss();
-  });
+  watchProblems(page, problems);
   mkdirSync(ARTIFACTS, { recursive: true });
 });
 
@@ -66,9 +53,12 @@ describe('the dashboard in headless Chromium', () => {
     expect(await card('card-keys').textContent()).toBe('of 3 keys');
     expect(await card('card-parked').textContent()).toBe('2');
     expect(await card('card-oldest').textContent()).toMatch(/\d s$/);
+    // The ledger's size (the catalog's estimate of its rows, and its bytes), live and archived.
+    expect(await card('card-ledger').textContent()).toMatch(/^\d+ events$/);
+    expect(await card('card-ledger-size').textContent()).toMatch(/^[\d.]+ MB live, 0 MB archived$/);
     const rows = page.locator('#keys-body tr');
     expect(await rows.count()).toBe(3);
-    expect(await page.locator('#keys-body tr[data-key="shop/orders"] td').allTextContents()).toEqual(['shop/orders', '2 / 2at limit', 'live', '1', '0', expect.stringMatching(/ s$/)]);
+    expect(await page.locator('#keys-body tr[data-key="shop/orders"] td').allTextContents()).toEqual(['shop/orders', '2 / 2at limit', 'worker gone', '1', '0', expect.stringMatching(/ s$/)]);
     expect(await page.locator('#keys-body tr[data-key="ключ 🔑"] td').nth(1).textContent()).toBe('1 / 2');
   });
 
@@ -125,7 +115,7 @@ describe('the dashboard in headless Chromium', () => {
 
     await expect.poll(() => card('card-parked').textContent()).toBe('1');
     expect(await card('card-slots').textContent()).toBe('4');
-    await expect.poll(() => page.locator('#message').textContent()).toContain('Released 1 slot');
+    await expect.poll(() => page.locator('#toasts').textContent()).toContain('Released 1 slot');
     await expect.poll(() => page.locator('#holders-body tr[data-job="order-3"]').count()).toBe(1);
     expect(await page.locator('#holders-body tr[data-job="order-1"]').count()).toBe(0);
     expect(await page.locator('#parked-body tr').count()).toBe(0);

@@ -47,12 +47,13 @@ describe('a limit key with guests (jobs of other keys under its limit)', () => {
     const t = await detail('lk:t');
     expect(t).toMatchObject({ key: 'lk:t', limit: 2, parked: [] });
     expect(t.holders).toEqual([
-      expect.objectContaining({ jobId: 'g1', name: 'sync', leaseId: 'g1:1', how: 'acquired', workerId: 'worker-9', attempt: 1, leaseState: 'live', home: 'lk:b', limits: ['lk:t'] }),
+      expect.objectContaining({ jobId: 'g1', name: 'sync', leaseId: 'g1:1', how: 'acquired', workerId: 'worker-9', attempt: 1, state: 'worker-gone', leaseState: 'worker-gone', home: 'lk:b', limits: ['lk:t'] }),
     ]);
     expect(t.holders[0].expiresAt).toBeTypeOf('number');
     // At home it is one of the key's own holders.
     expect((await detail('lk:b')).holders).toEqual([expect.objectContaining({ jobId: 'g1', workerId: 'worker-9', home: null, limits: ['lk:t'] })]);
-    expect(await keyRow('lk:t')).toMatchObject({ limit: 2, inUse: 1, parked: 0, atLimit: false, leaseState: 'live' });
+    // worker-9 never announced itself: the guest's state is its home slot's, and no live worker runs it.
+    expect(await keyRow('lk:t')).toMatchObject({ limit: 2, inUse: 1, parked: 0, atLimit: false, leaseState: 'worker-gone', holderStates: { running: 0, unstarted: 0, expired: 0, workerGone: 1 } });
     expect(await guestGauges()).toEqual({ holding: 1, parked: 0 });
   });
 
@@ -70,7 +71,7 @@ describe('a limit key with guests (jobs of other keys under its limit)', () => {
     const after = await detail('lk:t');
     expect(after.parked).toEqual([]);
     expect(after.holders.map((h: { jobId: string; home: string; how: string; leaseState: string }) => [h.jobId, h.home, h.how, h.leaseState])).toEqual([
-      ['g1', 'lk:b', 'acquired', 'live'],
+      ['g1', 'lk:b', 'acquired', 'worker-gone'],
       ['g2', 'lk:a', 'promoted', 'unstarted'],
     ]);
     expect(await keyRow('lk:t')).toMatchObject({ inUse: 2, parked: 0, atLimit: true, oldestParkedAt: null });

@@ -24,6 +24,12 @@ describe('the page', () => {
     ['/', 'text/html', 'app.js'],
     ['/app.js', 'text/javascript', 'textContent'],
     ['/app.css', 'text/css', '@media (max-width'],
+    ['/i18n.js', 'text/javascript', 'CATALOGUE'],
+    ['/format.js', 'text/javascript', 'Intl.PluralRules'],
+    ['/ui.js', 'text/javascript', 'textContent'],
+    ['/workers.js', 'text/javascript', 'renderWorkers'],
+    ['/dead-jobs.js', 'text/javascript', '/api/jobs/retry'],
+    ['/job-view.js', 'text/javascript', '/api/jobs/explain'],
   ])('GET %s: %s from the package, scripts and requests limited to this server', async (path, type, contains) => {
     const response = await fetch(`${s.url}${path}`);
     expect(response.status).toBe(200);

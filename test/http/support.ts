@@ -1,7 +1,10 @@
+import { existsSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import * as E from 'fp-ts/lib/Either.js';
+import type { Browser, Page } from 'playwright-core';
 import { expect } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
+import type { AccessToken } from '../../src/adapters/http/auth.js';
 import { createHttpServer } from '../../src/adapters/http/server.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { keyStream } from '../../src/domain/streams.js';
@@ -29,10 +32,10 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-export const startTestServer = async (options: { bodyLimit?: number; inlineProjections?: boolean; loopbackOnly?: boolean } = {}): Promise<TestServer> => {
+export const startTestServer = async (options: { bodyLimit?: number; inlineProjections?: boolean; loopbackOnly?: boolean; tokens?: readonly AccessToken[] } = {}): Promise<TestServer> => {
   const db = await createMigratedDatabase(10, { pipeline: true });
   const ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger, ...(options.inlineProjections === false ? { inlineProjections: false } : {}) });
-  const app = await createHttpServer({ ledger, db: db.pool, token: TOKEN, loopbackOnly: options.loopbackOnly ?? true, ...(options.bodyLimit ? { bodyLimit: options.bodyLimit } : {}) });
+  const app = await createHttpServer({ ledger, db: db.pool, token: TOKEN, loopbackOnly: options.loopbackOnly ?? true, ...(options.bodyLimit ? { bodyLimit: options.bodyLimit } : {}), ...(options.tokens ? { tokens: options.tokens } : {}) });
   const url = await app.listen({ port: 0, host: '127.0.0.1' });
   const eventCount = async () => (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n;
   const json = async (response: Response) => ({ status: response.status, body: await response.json() });
@@ -76,3 +79,32 @@ export const startTestServer = async (options: { bodyLimit?: number; inlineProje
 
 /** Keys the API must carry as query and body parameters, never path segments. */
 export const AWKWARD_KEYS = ['tenant/acme/eu', 'with spaces and ? & = #', 'ключ:日本語:🔑', '<img src=x onerror=alert(1)>', '../..%2F'] as const;
+
+// ---- the dashboard in a browser --------------------------------------------------
+
+/** Debian's Chromium, driven by playwright-core; without it (a developer machine) browser tests skip, and say so. */
+export const CHROMIUM = '/usr/bin/chromium';
+export const hasChromium = existsSync(CHROMIUM);
+export const SKIP_NO_CHROMIUM = `SKIPPED: no Chromium at ${CHROMIUM}; install Debian's package (apt-get install -y chromium) to run the dashboard browser test`;
+
+/** Headless Chromium; playwright-core is imported here, on first use, so API tests never load it. */
+export const launchChromium = async (): Promise<Browser> =>
+  (await import('playwright-core')).chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+
+/** Records what a dashboard test expects none of: script errors, console errors, native dialogs (an alert() would mean markup ran). */
+export const watchProblems = (page: Page, problems: string[]): void => {
+  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
+  page.on('console', (message) => {
+    if (message.type() === 'error') problems.push(`console error: ${message.text()}`);
+  });
+  page.on('dialog', (dialog) => {
+    problems.push(`native dialog: ${dialog.message()}`);
+    void dialog.dismiss();
+  });
+};
+
+/** Gives the tab the token (the shared one unless another is given, a named one say), as the token dialog would keep it (sessionStorage, key jobledger.token): actions ask no more. */
+export const rememberToken = (page: Page, token: string = TOKEN): Promise<void> => page.evaluate<void>(`sessionStorage.setItem('jobledger.token', ${JSON.stringify(token)})`);

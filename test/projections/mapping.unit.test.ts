@@ -64,6 +64,8 @@ const samples: { [T in KeyEventType]: EventOf<T> } = {
   LimitHeld: mk('LimitHeld', { jobId: 'j1', home: 'key:h', limits: ['k'], priority: -1, leaseId: 'j1:1', waitedMs: 5, at: at + S }),
   LimitReleased: mk('LimitReleased', { jobId: 'j1', leaseId: 'j1:1', reason: 'completed', at: at + 2 * S }),
   LimitLeft: mk('LimitLeft', { jobId: 'j1', reason: 'cancelled by ops', at: at + S }),
+  JobRetried: mk('JobRetried', { jobId: 'j1', by: 'ops', queue: 'mail', priority: -1, maxAttempts: 3, leaseMs: 10_000, at: at + S }),
+  DeadDiscarded: mk('DeadDiscarded', { jobId: 'j1', by: 'ops', at: at + S }),
 };
 const TYPES = Object.keys(samples) as KeyEventType[];
 
@@ -189,6 +191,12 @@ const lifeUpTo = (type: KeyEventType, stream: string): ProjectedEvent[] => {
       return b.tx(...head, ...started).tx(samples.JobYielded, samples.SlotReleased, samples.JobParked).events;
     case 'JobRejected':
       return b.tx(...head, samples.JobRejected).events;
+    // A dead job brought back (and admitted under a new lease), or dropped for good.
+    case 'JobRetried':
+    case 'DeadDiscarded': {
+      const died = b.tx(...head, ...started).tx(mk('JobFailed', { ...samples.JobFailed.data, retryAt: null }), samples.JobDead, samples.SlotReleased);
+      return (type === 'JobRetried' ? died.tx(samples.JobRetried, mk('SlotAcquired', { ...samples.SlotAcquired.data, leaseId: 'j1:2', at: at + S })) : died.tx(samples.DeadDiscarded)).events;
+    }
     case 'ParkedReplaced':
       return b.tx(...head, samples.JobParked).tx(samples.ParkedReplaced).events;
     case 'KeyPaused':

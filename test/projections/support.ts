@@ -332,6 +332,12 @@ export const randomRun = async (
     // The writer's follow-ups (FillSlots) of the last step are written first: each step then sees
     // the same state whatever the pace of the machine, so a seed always makes the same run.
     await ledger.drain();
+    if (step % 20 === 19) {
+      // A dead job of a key run again, or dropped for good, as an operator would (no draw: the rest of the run keeps its seed's choices).
+      const key = options.keys[Math.floor(step / 20) % options.keys.length]!;
+      const dead = (await ledger.jobs({ key, status: 'dead', limit: 1 })).jobs[0]?.jobId;
+      if (dead !== undefined) await (step % 40 === 39 ? ledger.discardDead({ jobIds: [dead], by: 'ops' }) : ledger.retry({ jobIds: [dead], by: 'ops' }));
+    }
     const roll = r.next();
     if (roll < 0.05) {
       await ledger.enqueue({ name: 'solo', args: { step }, jobId: `${options.prefix}-solo-${n++}`, queue: r.pick(['default', 'other'])! });

@@ -1,32 +1,73 @@
-import type { Logger } from '../../domain/ports/logger.js';
-import { createLedger, type Ledger, type LedgerOptions } from '../ledger.js';
-import { createLogger } from '../logging/logger.js';
-import { openDatabase } from './database.js';
+import { silentLogger, type Logger } from '../../domain/ports/logger.js';
+import type pg from 'pg';
+import type { Ledger, LedgerOptions } from '../ledger.js';
+
+// What every command gets. Light on purpose: each command file imports it at registration, and
+// `--help` or `--version` must not load the ledger, PostgreSQL's driver or pino; those are
+// imported here when a command first opens the database.
 
 export interface CommandContext {
   readonly logger: Logger;
   /** Where progress and notes go (stderr), so stdout stays the command's output. */
   note(line: string): void;
+  /** Run before a command's action (not for help or --version): loads what the logger needs. */
+  prepare?(): Promise<void>;
 }
 
+/** The process's context: its logger (LOG_LEVEL, default warn) is pino, loaded by prepare(). */
 export const createContext = (): CommandContext => {
-  const logger = createLogger({ level: process.env.LOG_LEVEL ?? 'warn' });
-  return { logger, note: (line) => process.stderr.write(`${line}\n`) };
+  let logger: Logger = silentLogger;
+  return {
+    get logger() {
+      return logger;
+    },
+    note: (line) => process.stderr.write(`${line}\n`),
+    prepare: async () => {
+      const { createLogger } = await import('../logging/logger.js');
+      logger = createLogger({ level: process.env.LOG_LEVEL ?? 'warn' });
+    },
+  };
 };
 
-/** Opens the database (DATABASE_URL or embedded) for one command, and closes it after. */
+/**
+ * Opens the database (DATABASE_URL or embedded) for one command, and closes it after. A database
+ * that cannot be reached fails before `run`, in one line naming DATABASE_URL and what was tried.
+ */
 export const withDatabase = async <T>(ctx: CommandContext, run: (url: string) => Promise<T>): Promise<T> => {
+  const { openDatabase, checkReachable } = await import('./database.js');
   const db = await openDatabase((line) => ctx.logger.debug({ embedded: line }));
   try {
-    return await run(db.url);
+    await checkReachable(db);
+    return await run(db.url).catch((error: unknown) => {
+      throw db.explain(error);
+    });
   } finally {
     await db.close();
   }
 };
 
+/**
+ * Opens the database and a pool of `poolSize` connections on its schema (migrated) for a command
+ * that reads tables, not the ledger (keys, replay): it does not load the ledger, whose modules are
+ * most of such a command's start-up.
+ */
+export const withPool = <T>(ctx: CommandContext, run: (pool: pg.Pool) => Promise<T>, poolSize = 1): Promise<T> =>
+  withDatabase(ctx, async (url) => {
+    const [{ default: postgres }, { migrate }] = await Promise.all([import('pg'), import('../postgres/migrations.js')]);
+    const pool = new postgres.Pool({ connectionString: url, max: poolSize });
+    pool.on('error', (error) => ctx.logger.warn({ err: error }, 'idle PostgreSQL connection lost'));
+    try {
+      await migrate(pool);
+      return await run(pool);
+    } finally {
+      await pool.end();
+    }
+  });
+
 /** Opens the database (DATABASE_URL or embedded) and the ledger for one command, and closes both after it. */
 export const withLedger = <T>(ctx: CommandContext, run: (ledger: Ledger) => Promise<T>, options: Partial<LedgerOptions> = {}): Promise<T> =>
   withDatabase(ctx, async (url) => {
+    const { createLedger } = await import('../ledger.js');
     const ledger = await createLedger({ databaseUrl: url, logger: ctx.logger, poolSize: 4, ...options });
     try {
       return await run(ledger);

@@ -1,14 +1,53 @@
 import { join, resolve } from 'node:path';
-import { startEmbeddedPostgres, type EmbeddedServer } from '../postgres/embedded-server.js';
+import { isConnectionError } from '../postgres/outage.js';
 
 export interface Database {
   readonly url: string;
   readonly describe: string;
+  /**
+   * `error` as one line naming where the URL came from and what was tried, when it says the
+   * database could not be reached or refused the session; any other error as it is.
+   */
+  explain(error: unknown): unknown;
   close(): Promise<void>;
 }
 
 /** Where the embedded PostgreSQL keeps its data: $JOBLEDGER_HOME, else .jobledger in the working directory. */
 export const jobledgerHome = (): string => resolve(process.env.JOBLEDGER_HOME ?? join(process.cwd(), '.jobledger'));
+
+const URL_SCHEMES = ['postgres:', 'postgresql:', 'socket:'];
+
+/** What pg tries for `url`: host:port/database, never the user's password. */
+const targetOf = async (url: string): Promise<string> => {
+  const { default: pg } = await import('pg');
+  const client = new pg.Client({ connectionString: url });
+  return `${client.host}:${client.port}/${client.database ?? ''}`;
+};
+
+/** A session refused before any statement: no such database (3D000), authentication (class 28). */
+const isRefusedSession = (error: unknown): boolean => {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && (code === '3D000' || code.startsWith('28'));
+};
+
+const fromEnvironment = async (url: string): Promise<Database> => {
+  let valid: boolean;
+  try {
+    valid = URL_SCHEMES.includes(new URL(url).protocol);
+  } catch {
+    valid = false;
+  }
+  // The value is not echoed: it may hold a password.
+  if (!valid) throw new Error('DATABASE_URL: not a PostgreSQL URL (expected postgres://user:password@host:port/database)');
+  const target = await targetOf(url);
+  return {
+    url,
+    describe: `DATABASE_URL (${target})`,
+    explain: (error) =>
+      isConnectionError(error) || isRefusedSession(error) ? new Error(`DATABASE_URL: cannot connect to PostgreSQL at ${target}: ${(error as Error).message}`, { cause: error }) : error,
+    close: async () => undefined,
+  };
+};
 
 /**
  * DATABASE_URL when set; otherwise the embedded PostgreSQL in the jobledger home, started on
@@ -19,8 +58,33 @@ export const jobledgerHome = (): string => resolve(process.env.JOBLEDGER_HOME ??
  */
 export const openDatabase = async (log: (line: string) => void): Promise<Database> => {
   const url = process.env.DATABASE_URL;
-  if (url) return { url, describe: 'DATABASE_URL', close: async () => undefined };
-  const home = jobledgerHome();
-  const server: EmbeddedServer = await startEmbeddedPostgres({ dataDir: join(home, 'pg'), persistent: true, log });
-  return { url: server.url, describe: `embedded PostgreSQL in ${server.dataDir}`, close: () => server.stop() };
+  if (url) return fromEnvironment(url);
+  const { startEmbeddedPostgres } = await import('../postgres/embedded-server.js');
+  const server = await startEmbeddedPostgres({ dataDir: join(jobledgerHome(), 'pg'), persistent: true, log });
+  const describe = `embedded PostgreSQL in ${server.dataDir}`;
+  return {
+    url: server.url,
+    describe,
+    explain: (error) => (isConnectionError(error) ? new Error(`${describe}: ${(error as Error).message}`, { cause: error }) : error),
+    close: () => server.stop(),
+  };
+};
+
+/**
+ * Connects once and lets go, so that a one-shot command finds an unreachable database before the
+ * ledger opens (which would log an outage and retry). Long-running commands (worker, serve) skip
+ * it: they wait for the database.
+ */
+export const checkReachable = async (db: Database): Promise<void> => {
+  const { default: pg } = await import('pg');
+  const client = new pg.Client({ connectionString: db.url });
+  // A refused connection may also surface as an 'error' event; the rejected connect() says it.
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+  } catch (error) {
+    throw db.explain(error);
+  } finally {
+    await client.end().catch(() => undefined);
+  }
 };

@@ -1,4 +1,9 @@
-import Table from 'cli-table3';
+import { createRequire } from 'node:module';
+import type TableType from 'cli-table3';
+
+// cli-table3 is required when a table is drawn, not when a command registers: commands that
+// print none (and --help) do not load it.
+const require = createRequire(import.meta.url);
 
 export interface Output {
   readonly json: boolean;
@@ -10,6 +15,7 @@ export const print = (out: Output, value: unknown, human: () => string): void =>
 };
 
 export const table = (head: readonly string[], rows: readonly (readonly unknown[])[]): string => {
+  const Table = require('cli-table3') as typeof TableType;
   const t = new Table({ head: [...head], style: { head: [], border: [], compact: true } });
   for (const row of rows) t.push(row.map((cell) => (cell === null || cell === undefined ? '' : String(cell))));
   return t.toString();

@@ -1,10 +1,8 @@
-import * as E from 'fp-ts/lib/Either.js';
-import type * as t from 'io-ts';
 import ms from 'ms';
-import { decodeWith } from '../../domain/values.js';
 import { UsageError } from './errors.js';
 
-// Flag values as the CLI's user types them; each error names the flag.
+// Flag values as the CLI's user types them; each error names the flag. Light on purpose (commands
+// register these parsers): a value checked by a domain codec is checked in the action.
 
 /** "30s", "5m", "1500" (ms) -> milliseconds. */
 export const duration = (flag: string) => (value: string): number => {
@@ -37,15 +35,6 @@ export const isoTime = (flag: string) => (value: string): Date => {
   if (Number.isNaN(t)) throw new UsageError(`${flag}: "${value}" is not an ISO-8601 time (example: 2026-11-30T03:12:00Z)`);
   return new Date(t);
 };
-
-/** A value checked by a domain codec, the one the API checks it with. */
-export const checked =
-  <A>(flag: string, codec: t.Decoder<unknown, A>) =>
-  (value: string): A => {
-    const decoded = decodeWith(codec, value);
-    if (E.isLeft(decoded)) throw new UsageError(`${flag}: ${decoded.left.problem}`);
-    return decoded.right;
-  };
 
 /** A repeatable flag: each value parsed on its own, in the order typed. */
 export const each =

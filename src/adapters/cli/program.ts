@@ -1,49 +1,48 @@
 import { Command, CommanderError } from 'commander';
-import { RefusedError, UnknownJobError, UnknownKeyError } from '../../domain/errors.js';
-import { ValidationError } from '../../domain/values.js';
-import { registerAudit } from './commands/audit.js';
-import { registerCancel } from './commands/cancel.js';
-import { registerDemo } from './commands/demo.js';
-import { registerDiscard } from './commands/discard.js';
-import { registerEnqueue } from './commands/enqueue.js';
-import { registerJobs } from './commands/jobs.js';
-import { registerKeys } from './commands/keys.js';
-import { registerMigrate } from './commands/migrate.js';
-import { registerRelease } from './commands/release.js';
-import { registerReplay } from './commands/replay.js';
-import { registerServe } from './commands/serve.js';
-import { registerPause } from './commands/pause.js';
-import { registerSetLimit } from './commands/set-limit.js';
-import { registerState } from './commands/state.js';
-import { registerWorker } from './commands/worker.js';
 import type { CommandContext } from './context.js';
-import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError } from './errors.js';
+import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, isUsage } from './errors.js';
 import { oneLine } from './output.js';
+
+// Every command, in the order `jobledger --help` lists them; a new command is one line. A command
+// file registers its name, options and help with commander and light modules only, and imports
+// what its action needs (the ledger, pg, fastify) inside the action: `jobledger --help`,
+// `--version` and a command's own help load none of it (test/cli/start.e2e.test.ts).
+type Register = (program: Command, ctx: CommandContext) => void;
+
+const COMMANDS: readonly Register[] = [
+  (await import('./commands/migrate.js')).registerMigrate,
+  (await import('./commands/enqueue.js')).registerEnqueue,
+  (await import('./commands/worker.js')).registerWorker,
+  (await import('./commands/serve.js')).registerServe,
+  (await import('./commands/keys.js')).registerKeys,
+  (await import('./commands/workers.js')).registerWorkers,
+  (await import('./commands/jobs.js')).registerJobs,
+  (await import('./commands/audit.js')).registerAudit,
+  (await import('./commands/state.js')).registerState,
+  (await import('./commands/release.js')).registerRelease,
+  (await import('./commands/discard.js')).registerDiscard,
+  (await import('./commands/set-limit.js')).registerSetLimit,
+  (await import('./commands/pause.js')).registerPause,
+  (await import('./commands/cancel.js')).registerCancel,
+  (await import('./commands/retry.js')).registerRetry,
+  (await import('./commands/explain.js')).registerExplain,
+  (await import('./commands/job.js')).registerJob,
+  (await import('./commands/archive.js')).registerArchive,
+  (await import('./commands/replay.js')).registerReplay,
+  (await import('./commands/demo.js')).registerDemo,
+];
+
+/** commander's error as one line: its suggestion ("\n(Did you mean enqueue?)") joins the message. */
+const errorLine = (message: string): string => `${oneLine(message.trimEnd().replace(/\n\(Did you mean (.*)\?\)$/, ' (did you mean $1?)'))}\n`;
 
 export const buildProgram = (ctx: CommandContext, version: string): Command => {
   const program = new Command('jobledger')
     .description('durable background jobs with per-key concurrency limits and a replayable audit ledger.\nPostgreSQL from DATABASE_URL, else an embedded one in $JOBLEDGER_HOME or ./.jobledger')
     .version(version)
-    .showHelpAfterError()
+    .configureOutput({ outputError: (message, write) => write(errorLine(message)) })
     .exitOverride();
-  for (const register of [
-    registerMigrate,
-    registerEnqueue,
-    registerWorker,
-    registerServe,
-    registerKeys,
-    registerJobs,
-    registerAudit,
-    registerState,
-    registerRelease,
-    registerDiscard,
-    registerSetLimit,
-    registerPause,
-    registerCancel,
-    registerReplay,
-    registerDemo,
-  ])
-    register(program, ctx);
+  if (ctx.prepare !== undefined) program.hook('preAction', ctx.prepare);
+  for (const register of COMMANDS) register(program, ctx);
   for (const command of program.commands) command.exitOverride();
   return program;
 };
@@ -62,8 +61,7 @@ export const runCli = async (ctx: CommandContext, version: string, argv: readonl
       // help and --version end here too, with exit code 0; commander has printed the message
       return error.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
     }
-    // Input the ledger cannot act on: a bad value, an unknown key or job, an action the key's state refuses.
-    const usage = error instanceof UsageError || error instanceof ValidationError || error instanceof UnknownKeyError || error instanceof UnknownJobError || error instanceof RefusedError;
+    const usage = await isUsage(error);
     process.stderr.write(`error: ${oneLine(error instanceof Error ? error.message : String(error))}\n`);
     if (!usage) ctx.logger.debug({ err: error }, 'command failed');
     return usage ? EXIT_USAGE : EXIT_FAILURE;

@@ -2,6 +2,7 @@ import type { FastifyRequest } from 'fastify';
 import * as E from 'fp-ts/lib/Either.js';
 import * as t from 'io-ts';
 import { ValidationError, decodeWith } from '../../domain/values.js';
+import { operatorName } from './auth.js';
 
 // Request bodies and query strings, checked with io-ts before any route touches the ledger: a
 // bad one is a ValidationError naming the field (400), and nothing is written.
@@ -42,8 +43,19 @@ export const IntegerString = new t.Type<number, string, unknown>(
   String,
 );
 
-/** The `by` the body gives, else `http <client address>`: the ledger records every operator action with who did it. */
-export const operator = (request: FastifyRequest, by: string | undefined): string => by ?? `http ${request.ip}`;
+/**
+ * Who the ledger records an operator action under: the name of the named token the request
+ * carried; with the shared token, the `by` the body gives, else `http <client address>`. A named
+ * operator's `by` MUST NOT name someone else (the audit would show an action by bob that alice
+ * took): one that differs is refused, before anything is written, rather than recorded beside
+ * the name, so the audit's `by` stays one name a reader can trust.
+ */
+export const operator = (request: FastifyRequest, by: string | undefined): string => {
+  const named = operatorName(request);
+  if (named === null) return by ?? `http ${request.ip}`;
+  if (by !== undefined && by !== named) throw new ValidationError('by', `is ${JSON.stringify(by)}, but the token is ${named}'s: a named token acts under its own name only (leave by out)`);
+  return named;
+};
 
 /** Metadata of every event an HTTP request writes: where the command came from. */
 export const VIA = { via: 'http' } as const;

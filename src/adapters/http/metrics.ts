@@ -1,17 +1,20 @@
 import type { FastifyInstance } from 'fastify';
 import { Gauge, Registry } from 'prom-client';
 import type { Ledger } from '../ledger.js';
-import { readLedgerMetrics, type LedgerMetrics } from '../postgres/queries/ledger-metrics.js';
+import { HOLDER_STATES } from '../postgres/queries/holder-state.js';
+import { TOP_KEYS, readLedgerMetrics, type LedgerMetrics } from '../postgres/queries/ledger-metrics.js';
 import { JobStatus } from '../postgres/queries/list-jobs.js';
-import type { QueueMetrics } from '../queue/pg-queue.js';
+import { listQueues, type QueueRow } from '../postgres/queries/queues.js';
 import { DISPATCHER } from '../../projections/dispatcher.js';
 import { READ_MODELS } from '../../projections/read-models.js';
 import type { Queryable } from '../../projections/runner.js';
 
 // GET /metrics: the dashboard's figures in Prometheus text format (prom-client), read fresh on each
-// scrape: one statement for the read models, queue names and projection lag, then the queue figures.
+// scrape: one statement for the read models, workers, projection lag and ledger size, one for the
+// queues. Bounded: no series per key, only totals, per queue and per state figures, and the
+// TOP_KEYS keys of two rankings (a key drops out of them as soon as it ranks lower).
 
-type Figures = LedgerMetrics & { readonly queueMetrics: readonly QueueMetrics[] };
+type Figures = LedgerMetrics & { readonly queueMetrics: readonly QueueRow[] };
 
 export const registerMetrics = (app: FastifyInstance, ledger: Ledger, db: Queryable): void => {
   const registry = new Registry();
@@ -51,6 +54,30 @@ export const registerMetrics = (app: FastifyInstance, ledger: Ledger, db: Querya
     gauge('queue_oldest_message_age_seconds', 'Age of the oldest message in the queue (0 when empty).', ['queue'], (g, f) => {
       for (const m of f.queueMetrics) g.set({ queue: m.queue }, (m.oldestAgeMs ?? 0) / 1000);
     }),
+    gauge('queue_consumers', 'Live workers reading the dispatch queue (0 with messages waiting: nobody takes them).', ['queue'], (g, f) => {
+      for (const m of f.queueMetrics) g.set({ queue: m.queue }, m.consumers);
+    }),
+    gauge('workers', 'Workers by presence: live (heartbeat seen within 3 periods), gone (stopped or silent; kept for a day).', ['state'], (g, f) => {
+      g.set({ state: 'live' }, f.workersLive);
+      g.set({ state: 'gone' }, f.workersGone);
+    }),
+    gauge('holders', 'Held slots by holder state: running (on a live worker), unstarted (admitted, no worker started it), expired (lease ran out), worker-gone (started by a worker gone now).', ['state'], (g, f) => {
+      for (const state of HOLDER_STATES) g.set({ state }, f.holdersByState[state]);
+    }),
+    gauge('top_key_parked_jobs', `Parked jobs of the ${TOP_KEYS} keys with the most (own and guests); the other keys have no series.`, ['key'], (g, f) => {
+      for (const k of f.topParked) g.set({ key: k.key }, k.parked);
+    }),
+    gauge('top_key_oldest_parked_age_seconds', `How long the longest-parked job has waited, for the ${TOP_KEYS} keys where it is longest; the other keys have no series.`, ['key'], (g, f) => {
+      for (const k of f.topWaiting) g.set({ key: k.key }, k.oldestParkedSeconds);
+    }),
+    gauge('ledger_events', 'Rows of the ledger by table: events (live) and events_archive (jobs `jobledger archive` moved out), estimated from the catalog (pg_class.reltuples scaled to its pages).', ['table'], (g, f) => {
+      g.set({ table: 'events' }, f.ledgerEvents);
+      g.set({ table: 'events_archive' }, f.archivedEvents);
+    }),
+    gauge('ledger_bytes', 'Size of each ledger table with its indexes and TOAST (pg_total_relation_size).', ['table'], (g, f) => {
+      g.set({ table: 'events' }, f.ledgerBytes);
+      g.set({ table: 'events_archive' }, f.archivedBytes);
+    }),
     gauge('projection_lag_events', 'Events recorded but not yet applied by the projection (0 for inline projections).', ['projection', 'mode'], (g, f) => {
       for (const l of f.projectionLag) g.set({ projection: l.projection, mode: ledger.projectionMode }, l.events);
     }),
@@ -60,8 +87,7 @@ export const registerMetrics = (app: FastifyInstance, ledger: Ledger, db: Querya
   ];
   const read = async (): Promise<Figures> => {
     const async = ledger.projectionMode === 'async' ? [READ_MODELS, DISPATCHER] : [];
-    const figures = await readLedgerMetrics(db, async);
-    const queueMetrics = await Promise.all(figures.queues.map((q) => ledger.queue.metrics(q)));
+    const [figures, queueMetrics] = await Promise.all([readLedgerMetrics(db, async), listQueues(db)]);
     // Inline projections apply in the append's transaction: never behind.
     const projectionLag = async.length > 0 ? figures.projectionLag : [READ_MODELS, DISPATCHER].map((projection) => ({ projection, events: 0, seconds: 0 }));
     return { ...figures, queueMetrics, projectionLag };

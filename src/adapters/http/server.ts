@@ -5,19 +5,22 @@ import { EventDecodeError } from '../../domain/recorded.js';
 import { MAX_ARGS_BYTES, ValidationError } from '../../domain/values.js';
 import type { Queryable } from '../../projections/runner.js';
 import type { Ledger } from '../ledger.js';
-import { requireLoopbackHost, requireToken } from './auth.js';
+import { requireLoopbackHost, requireToken, type AccessToken } from './auth.js';
 import { registerMetrics } from './metrics.js';
 import { registerAuditRoutes } from './routes/audit.js';
 import { registerJobRoutes } from './routes/jobs.js';
 import { registerKeyRoutes } from './routes/keys.js';
 import { registerPage } from './routes/page.js';
+import { registerWorkerRoutes } from './routes/workers.js';
 
 export interface HttpServerOptions {
   readonly ledger: Ledger;
-  /** The ledger's database, for the figures of /metrics. */
+  /** The ledger's database, for the figures of /metrics, the workers and the queues. */
   readonly db: Queryable;
-  /** The bearer token every mutating route requires. */
-  readonly token: string;
+  /** The shared bearer token (JOBLEDGER_TOKEN): its actions are recorded under the body's `by` or the client's address. */
+  readonly token?: string;
+  /** Further tokens, each of one operator (JOBLEDGER_TOKENS, see resolveTokens); every mutating route requires one of these or `token`. */
+  readonly tokens?: readonly AccessToken[];
   /** Serving on loopback only: refuse requests that name another host (DNS rebinding). */
   readonly loopbackOnly?: boolean;
   /** Largest request body in bytes (default: the largest job args plus room for the other fields); a larger one gets 413. */
@@ -66,7 +69,7 @@ export const createHttpServer = async (options: HttpServerOptions): Promise<Fast
   const log = options.logger ?? silentLogger;
   const app = Fastify({ logger: false, bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT, return503OnClosing: true });
   if (options.loopbackOnly) app.addHook('onRequest', requireLoopbackHost);
-  app.addHook('onRequest', requireToken(options.token));
+  app.addHook('onRequest', requireToken([...(options.tokens ?? []), ...(options.token === undefined ? [] : [{ token: options.token, name: null }])]));
   app.addHook('onSend', async (request, reply) => {
     reply.header('x-content-type-options', 'nosniff');
     if (request.url.startsWith('/api/')) reply.header('cache-control', 'no-store');
@@ -78,7 +81,8 @@ export const createHttpServer = async (options: HttpServerOptions): Promise<Fast
   });
   app.setNotFoundHandler(async (request, reply) => reply.code(404).send({ error: `no route ${request.method} ${request.url.split('?')[0]}` } satisfies ErrorBody));
   registerPage(app);
-  registerKeyRoutes(app, options.ledger);
+  registerKeyRoutes(app, options.ledger, options.db);
+  registerWorkerRoutes(app, options.db);
   registerJobRoutes(app, options.ledger);
   registerAuditRoutes(app, options.ledger);
   registerMetrics(app, options.ledger, options.db);

@@ -8,6 +8,8 @@ import { setBasedWrites } from './migrations/0005-set-based-writes.js';
 import { quarantine } from './migrations/0006-quarantine.js';
 import { pausedKeys } from './migrations/0007-paused-keys.js';
 import { limitKeys } from './migrations/0008-limit-keys.js';
+import { workers } from './migrations/0009-workers.js';
+import { eventArchive } from './migrations/0010-event-archive.js';
 
 export interface Migration {
   /** Applied in increasing order; never renumber or edit one that has shipped, append a new one. */
@@ -17,7 +19,7 @@ export interface Migration {
   readonly sql: string;
 }
 
-export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys];
+export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive];
 
 /**
  * Applies the pending migrations, all in one transaction: a process sees the whole schema or the

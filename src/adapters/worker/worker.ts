@@ -8,9 +8,11 @@ import type { DispatchMessage, HandedOffJob } from '../../domain/ports/ledger-st
 import type { Outages } from '../../domain/ports/outages.js';
 import type { Logger } from '../../domain/ports/logger.js';
 import { ValidationError, escapeUnstorable } from '../../domain/values.js';
+import type { Queryable } from '../../projections/runner.js';
 import type { PgQueue } from '../queue/pg-queue.js';
 import { Wakeup } from '../wakeup.js';
 import { handlerTable, type HandlerMap, type JobHandler } from './define-job.js';
+import { PRESENCE_INTERVAL_MS_DEFAULT, Presence } from './presence.js';
 
 /** What a worker needs of the ledger. */
 export interface WorkerDeps {
@@ -20,6 +22,8 @@ export interface WorkerDeps {
     readAndStart(request: ReadAndStart): Promise<ReadStarted>;
   };
   readonly queue: Pick<PgQueue, 'listen'>;
+  /** The ledger's database, for what the worker tells operators about itself (its presence row). */
+  readonly db: Queryable;
   /** Whether admissions are dispatched inline, in the append: direct handoff needs it. */
   readonly directHandoff: boolean;
   /** Calls `lost` with the lease id of each lease taken from its holder (revoked, expired), soon after it is. */
@@ -46,6 +50,8 @@ export interface WorkerOptions {
   readonly visibilityMs?: number;
   /** Renew leases (default true; tests turn it off to let a lease lapse under a live handler). */
   readonly heartbeat?: boolean;
+  /** How often the worker refreshes its presence row (default 5 s, see PRESENCE_INTERVAL_MS_DEFAULT); it is called gone after 3 of these unseen. */
+  readonly presenceIntervalMs?: number;
   /**
    * Direct handoff: a handler slot whose job ends takes over the job that release promotes on this
    * queue, started in the same append (no queue hop). It keeps doing so for this long from the
@@ -77,6 +83,7 @@ export const WORKER_DEFAULTS = {
   handoffSliceMs: 1_000,
   unknownJobs: 'give-back',
   unknownJobDelayMs: 10_000,
+  presenceIntervalMs: PRESENCE_INTERVAL_MS_DEFAULT,
 } as const;
 
 /** The share of unknownJobDelayMs added at random to each give-back. */
@@ -143,6 +150,7 @@ export class Worker {
   private leaseWatch: { stop(): Promise<void> } | undefined;
   private stopping = false;
   private readonly wakeup = new Wakeup();
+  private readonly presence: Presence;
 
   constructor(
     private readonly deps: WorkerDeps,
@@ -165,6 +173,11 @@ export class Worker {
     if (!Number.isSafeInteger(this.unknownJobDelayMs) || this.unknownJobDelayMs < 1 || this.unknownJobDelayMs > maxDelayMs) {
       throw new ValidationError('unknownJobDelayMs', `must be an integer number of milliseconds from 1 to ${maxDelayMs}`);
     }
+    const presenceIntervalMs = options.presenceIntervalMs ?? WORKER_DEFAULTS.presenceIntervalMs;
+    if (!Number.isSafeInteger(presenceIntervalMs) || presenceIntervalMs < 10 || presenceIntervalMs > 2_147_483_647) {
+      throw new ValidationError('presenceIntervalMs', 'must be an integer number of milliseconds from 10 to 2147483647');
+    }
+    this.presence = new Presence(deps.db, deps.outages, log, { id: this.workerId, queue: this.queueName, concurrency: this.concurrency, intervalMs: presenceIntervalMs }, () => this.running.size);
   }
 
   /** Number of handlers running now. */
@@ -174,6 +187,7 @@ export class Worker {
 
   start(): void {
     if (this.loop) return;
+    void this.presence.start();
     const listener = this.deps.queue.listen(this.queueName, () => {
       this.moreWaiting = true;
       this.wakeup.wake();
@@ -205,6 +219,7 @@ export class Worker {
     }
     await this.settled();
     await this.leaseWatch?.stop();
+    await this.presence.stop();
   }
 
   /** Resolves when every result of a returned handler is recorded (an aborted handler still running records none). */

@@ -15,6 +15,7 @@ import { fail } from './fail.js';
 import { fillSlots } from './fill-slots.js';
 import { pauseKey, resumeKey } from './pause.js';
 import { renew } from './renew.js';
+import { retryJob, discardDead } from './retry-job.js';
 import { revokeLease } from './revoke-lease.js';
 import { setLimit } from './set-limit.js';
 import { start } from './start.js';
@@ -172,5 +173,9 @@ const decideWith = (command: Command, d: Decision): Either<DomainError, readonly
       return discardParked(command, d);
     case 'Cancel':
       return cancel(command, d);
+    case 'RetryJob':
+      return retryJob(command, d);
+    case 'DiscardDead':
+      return discardDead(command, d);
   }
 };

@@ -3,16 +3,14 @@ import { performance } from 'node:perf_hooks';
 import type { Command } from 'commander';
 import ms from 'ms';
 import type { Handoff } from '../../../domain/audit.js';
-import { holders } from '../../../domain/key-state.js';
 import { keyStream } from '../../../domain/streams.js';
 import type { Ledger } from '../../ledger.js';
-import { MAX_PAGE, type JobStatus } from '../../postgres/queries/list-jobs.js';
+import type { JobStatus } from '../../postgres/queries/list-jobs.js';
 import type { JobContext } from '../../worker/define-job.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { UsageError } from '../errors.js';
 import { print, table } from '../output.js';
 import { integer } from '../parse.js';
-import { progress } from '../progress.js';
 
 // `jobledger demo`: a realistic workload on the ledger, in this process: some 300 jobs over a dozen
 // keys with limits 1-3, two workers, the sweeper, handlers that fail once and are retried, a job
@@ -24,6 +22,9 @@ import { progress } from '../progress.js';
 //
 // The demo keeps to its own queue and keys, so that it never runs, sweeps or counts anyone else's
 // jobs; on a database holding unfinished jobs that are not its own it runs only when told --force.
+//
+// What only the run needs (the key state's codecs, the job listing, the progress bar) is imported
+// where it is used, so that registering the command stays light.
 
 export const DEMO_QUEUE = 'jobledger-demo';
 export const DEMO_KEY_PREFIX = 'demo:';
@@ -148,6 +149,7 @@ const plan = (run: string, jobs: number) =>
 const crashAfterStart = async (ledger: Ledger, run: string, note: (line: string) => void): Promise<string | null> => {
   const jobId = `${run}-crashed`;
   const { status } = await ledger.enqueue({ name: 'work', args: { ms: 30 }, key: AUDITED.key, limit: AUDITED.limit, queue: DEMO_QUEUE, leaseMs: SILENT_LEASE_MS, jobId }, { by: 'demo' });
+  const { holders } = await import('../../../domain/key-state.js');
   const lease = holders((await ledger.keyState(AUDITED.key)).state).find((j) => j.jobId === jobId)?.lease;
   if (status !== 'acquired' || !lease) {
     note(`${AUDITED.key} is full (jobs left by an interrupted run?): no crashed worker this time`);
@@ -165,6 +167,7 @@ const isOwn = (job: { readonly queue: string; readonly key: string | null }): bo
 
 /** The database's unfinished jobs that are not the demo's, counted by queue (read models). */
 const foreignJobs = async (ledger: Ledger): Promise<Map<string, number>> => {
+  const { MAX_PAGE } = await import('../../postgres/queries/list-jobs.js');
   const byQueue = new Map<string, number>();
   for (const status of UNFINISHED) {
     let cursor: string | null = null;
@@ -243,6 +246,7 @@ const runDemo = async (ledger: Ledger, jobs: number, force: boolean, note: (line
   const count = (s: string) => enqueued.filter((e) => e.status === s).length;
   note(`run ${run}: enqueued ${jobs} jobs over ${DEMO_KEYS.length} keys in one transaction: ${count('acquired')} acquired, ${count('parked')} parked, ${count('scheduled')} scheduled`);
   const ids = [...inputs.map((i) => i.jobId), ...(crashed ? [crashed] : [])];
+  const { progress } = await import('../progress.js');
   const bar = progress({ label: 'demo', unit: 'jobs', total: ids.length, plain: note, plainEveryMs: 1_000 });
   let finished = 0;
   try {

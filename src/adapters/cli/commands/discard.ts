@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { withLedger, type CommandContext } from '../context.js';
-import { asUsage } from '../errors.js';
+import { UsageError, asUsage } from '../errors.js';
 import { CLI_METADATA, withBy, type ByFlag } from '../operator.js';
 import { print } from '../output.js';
 
@@ -8,22 +8,40 @@ const FLAG_OF = { key: '--key', jobIds: '--job', by: '--by' };
 
 const collect = (value: string, previous: string[] | undefined): string[] => [...(previous ?? []), value];
 
+type Flags = ByFlag & { key?: string; job?: string[]; dead?: boolean; json?: boolean };
+
 export const registerDiscard = (program: Command, ctx: CommandContext): void => {
   withBy(
     program
       .command('discard')
-      .description('drop parked jobs of a key (parked jobs never expire on their own): the named ones, or all of them')
-      .requiredOption('--key <key>', 'the concurrency key')
-      .option('--job <id>', 'only this parked job (repeat for several)', collect),
+      .description('drop parked jobs of a key (parked jobs never expire on their own): the named ones, or all of them; with --dead, dead jobs (off the failed list for good)')
+      .option('--key <key>', 'the concurrency key (with --dead and no --job: every dead job of the key)')
+      .option('--job <id>', 'only this job (repeat for several)', collect)
+      .option('--dead', 'discard dead jobs instead of parked ones'),
   )
     .option('--json', 'machine-readable output')
-    .action(async (flags: ByFlag & { key: string; job?: string[]; json?: boolean }) => {
-      const input = { key: flags.key, by: flags.by, ...(flags.job !== undefined ? { jobIds: flags.job } : {}) };
-      const result = await withLedger(ctx, (ledger) => ledger.discard(input, CLI_METADATA).catch(asUsage(FLAG_OF)));
-      print({ json: flags.json === true }, result, () =>
-        result.discarded.length === 0
-          ? `key ${flags.key}: no job was parked; nothing changed`
-          : result.discarded.map((jobId) => `discarded parked job ${jobId} on key ${flags.key} (by ${flags.by})`).join('\n'),
-      );
-    });
+    .action(async (flags: Flags) => (flags.dead === true ? discardDead(ctx, flags) : discardParked(ctx, flags)));
+};
+
+const discardParked = async (ctx: CommandContext, flags: Flags): Promise<void> => {
+  if (flags.key === undefined) throw new UsageError('--key: required (the key of the parked jobs), or --dead to discard dead jobs');
+  const key = flags.key;
+  const input = { key, by: flags.by, ...(flags.job !== undefined ? { jobIds: flags.job } : {}) };
+  const result = await withLedger(ctx, (ledger) => ledger.discard(input, CLI_METADATA).catch(asUsage(FLAG_OF)));
+  print({ json: flags.json === true }, result, () =>
+    result.discarded.length === 0
+      ? `key ${key}: no job was parked; nothing changed`
+      : result.discarded.map((jobId) => `discarded parked job ${jobId} on key ${key} (by ${flags.by})`).join('\n'),
+  );
+};
+
+const discardDead = async (ctx: CommandContext, flags: Flags): Promise<void> => {
+  if ((flags.key === undefined) === (flags.job === undefined)) throw new UsageError('--job: with --dead, give --job ID (repeat for several) or --key K (every dead job of the key), one of them');
+  const input = flags.job !== undefined ? { jobIds: flags.job, by: flags.by } : { key: flags.key!, by: flags.by };
+  const result = await withLedger(ctx, (ledger) => ledger.discardDead(input, CLI_METADATA).catch(asUsage(FLAG_OF)));
+  print({ json: flags.json === true }, result, () =>
+    result.discarded.length === 0
+      ? `key ${flags.key}: no job is dead; nothing changed`
+      : result.discarded.map((jobId) => `discarded dead job ${jobId} (by ${flags.by})`).join('\n'),
+  );
 };

@@ -13,7 +13,7 @@ export const registerJobs = (program: Command, ctx: CommandContext): void => {
     .description('jobs, newest first')
     .option('--key <key>', 'only jobs of this concurrency key')
     .option('--status <status>', 'only jobs in this status: scheduled, parked, holding, running, completed, dead, cancelled, discarded')
-    .option('--limit <n>', 'at most n jobs (1-1000, default 50)', integer('--limit'))
+    .option('--limit <n>', 'at most n jobs, 1-1000 (default: 50)', integer('--limit'))
     .option('--cursor <cursor>', 'the page after the one that printed this cursor')
     .option('--json', 'machine-readable output')
     .action(async (flags: { key?: string; status?: string; limit?: number; cursor?: string; json?: boolean }) => {

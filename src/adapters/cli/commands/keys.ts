@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import ms from 'ms';
-import { withLedger, type CommandContext } from '../context.js';
+import { withPool, type CommandContext } from '../context.js';
 import { oneLine, print, table, time } from '../output.js';
 
 export const registerKeys = (program: Command, ctx: CommandContext): void => {
@@ -9,7 +9,9 @@ export const registerKeys = (program: Command, ctx: CommandContext): void => {
     .description('every concurrency key: limit, slots in use, parked and scheduled jobs, oldest wait, lease state (live / expired / none), quarantine, pause')
     .option('--json', 'machine-readable output')
     .action(async (flags: { json?: boolean }) => {
-      const keys = await withLedger(ctx, (ledger) => ledger.keys());
+      // The read models, without the ledger: a command run often, that must answer at once.
+      const { listKeys } = await import('../../postgres/queries/list-keys.js');
+      const keys = await withPool(ctx, (pool) => listKeys(pool, Date.now()));
       const now = Date.now();
       // Why, and where to look: the event's place in the ledger and the decoder's complaint.
       const quarantined = keys.flatMap(({ key, quarantine: q }) =>

@@ -1,5 +1,4 @@
 import type { Command } from 'commander';
-import { migrations } from '../../postgres/migrations.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { print } from '../output.js';
 
@@ -11,6 +10,7 @@ export const registerMigrate = (program: Command, ctx: CommandContext): void => 
     .action(async (opts: { json?: boolean }) => {
       // Opening the ledger applies the pending migrations.
       await withLedger(ctx, async () => undefined);
+      const { migrations } = await import('../../postgres/migrations.js');
       const latest = migrations[migrations.length - 1]!;
       print({ json: opts.json === true }, { schemaVersion: latest.version }, () => `schema is at version ${latest.version} (${latest.name})`);
     });

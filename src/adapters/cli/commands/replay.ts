@@ -1,20 +1,14 @@
 import type { Command } from 'commander';
-import pg from 'pg';
-import { createDispatcher } from '../../../projections/dispatcher.js';
+import type pg from 'pg';
 import type { Projection } from '../../../projections/projection.js';
-import { createReadModelProjections } from '../../../projections/read-models.js';
-import { EventDecodeError } from '../../../domain/recorded.js';
-import { NotRebuildableError, rebuild, rebuildSpec } from '../../../projections/rebuild.js';
-import { verify, type RowDifference } from '../../../projections/verify.js';
-import { migrate } from '../../postgres/migrations.js';
-import { dispatchQueue } from '../../queue/pg-queue.js';
-import { withDatabase, type CommandContext } from '../context.js';
+import type { RowDifference } from '../../../projections/verify.js';
+import { withPool, type CommandContext } from '../context.js';
 import { UsageError } from '../errors.js';
 import { print, table } from '../output.js';
-import { progress } from '../progress.js';
 
 // `jobledger replay`: rebuilds read models from the ledger (src/projections/rebuild.ts), or with
 // --verify replays it beside them and reports where they differ (src/projections/verify.ts).
+// The projections, pg and the progress bar are imported when it runs, not when it registers.
 
 interface Replayed {
   readonly projection: string;
@@ -28,7 +22,13 @@ interface Replayed {
 }
 
 /** The projections named by --projection (default: every rebuildable one); a UsageError before anything is opened. */
-const chosen = (name: string | undefined): Projection[] => {
+const chosen = async (name: string | undefined): Promise<Projection[]> => {
+  const [{ createDispatcher }, { createReadModelProjections }, { NotRebuildableError, rebuildSpec }, { dispatchQueue }] = await Promise.all([
+    import('../../../projections/dispatcher.js'),
+    import('../../../projections/read-models.js'),
+    import('../../../projections/rebuild.js'),
+    import('../../queue/pg-queue.js'),
+  ]);
   const known = [createReadModelProjections(), createDispatcher(dispatchQueue)];
   const rebuildable = known.filter((p) => p.rebuild !== undefined);
   if (name === undefined) return rebuildable;
@@ -45,8 +45,9 @@ const chosen = (name: string | undefined): Projection[] => {
 };
 
 const rowCounts = async (pool: pg.Pool, tables: readonly string[]): Promise<Record<string, number>> => {
+  const { escapeIdentifier } = (await import('pg')).default;
   const counts: Record<string, number> = {};
-  for (const t of tables) counts[t] = (await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${pg.escapeIdentifier(t)}`)).rows[0]!.n;
+  for (const t of tables) counts[t] = (await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${escapeIdentifier(t)}`)).rows[0]!.n;
   return counts;
 };
 
@@ -85,13 +86,17 @@ export const registerReplay = (program: Command, ctx: CommandContext): void => {
     .option('--verify', 'compare instead of rebuilding: report every row that differs, by table and primary key')
     .option('--json', 'machine-readable output')
     .action(async (flags: { projection?: string; verify?: boolean; json?: boolean }) => {
-      const projections = chosen(flags.projection);
+      const projections = await chosen(flags.projection);
       const verifying = flags.verify === true;
-      const results = await withDatabase(ctx, async (url) => {
-        const pool = new pg.Pool({ connectionString: url, max: 2 });
-        pool.on('error', (error) => ctx.logger.warn({ err: error }, 'idle PostgreSQL connection lost'));
-        try {
-          await migrate(pool);
+      const [{ EventDecodeError }, { rebuild, rebuildSpec }, { verify }, { progress }] = await Promise.all([
+        import('../../../domain/recorded.js'),
+        import('../../../projections/rebuild.js'),
+        import('../../../projections/verify.js'),
+        import('../progress.js'),
+      ]);
+      const results = await withPool(
+        ctx,
+        async (pool) => {
           const total = (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n;
           const out: Replayed[] = [];
           for (const projection of projections) {
@@ -115,10 +120,9 @@ export const registerReplay = (program: Command, ctx: CommandContext): void => {
             }
           }
           return out;
-        } finally {
-          await pool.end();
-        }
-      });
+        },
+        2,
+      );
       print({ json: flags.json === true }, { projections: results }, () => results.map(human).join('\n'));
       const differing = results.filter((r) => (r.differences?.length ?? 0) > 0);
       if (differing.length > 0) {

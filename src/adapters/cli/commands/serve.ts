@@ -1,9 +1,5 @@
 import type { Command } from 'commander';
-import { resolveToken, isLoopback } from '../../http/auth.js';
-import { createHttpServer } from '../../http/server.js';
-import { createLedger, createPool } from '../../ledger.js';
 import type { CommandContext } from '../context.js';
-import { openDatabase } from '../database.js';
 import { UsageError, asUsage } from '../errors.js';
 import { each, integer, queueCap, queueCaps } from '../parse.js';
 
@@ -33,7 +29,11 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
     .command('serve')
     .description(
       'run the background parts (sweeper; async projection runners with --async-projections) and the HTTP dashboard, JSON API and /metrics until SIGTERM/SIGINT.\n' +
-        'Mutating routes need Authorization: Bearer $JOBLEDGER_TOKEN (when unset, a token is generated and printed once to stderr).',
+        'Mutating routes need Authorization: Bearer <token>, from the environment:\n' +
+        '  JOBLEDGER_TOKENS=alice:<token>,bob:<token>  named tokens: each action is recorded under its operator\'s name (a body\'s "by" naming anyone else is refused)\n' +
+        '  JOBLEDGER_TOKENS_FILE=<path>                 the same, one name:token a line ("#" starts a comment); instead of JOBLEDGER_TOKENS\n' +
+        '  JOBLEDGER_TOKEN=<token>                      one shared token, beside the named ones or alone: its actions are recorded under the body\'s "by", else "http <client address>"\n' +
+        'With none set, a token is generated and printed once to stderr (loopback only).',
     )
     .option('--port <port>', 'TCP port (0: any free port)', integer('--port'), 7070)
     .option('--host <address>', 'address to bind; anything but loopback needs JOBLEDGER_TOKEN set', '127.0.0.1')
@@ -41,11 +41,19 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
     .option('--async-projections', 'apply the read models and dispatch from a subscription here, not in each append (writers must open the ledger with inline projections off)')
     .action(async (flags: ServeFlags) => {
       if (flags.port < 0 || flags.port > 65_535) throw new UsageError(`--port: ${flags.port} is not a TCP port (0-65535)`);
-      const { token, generated } = resolveToken(process.env);
+      // Imported here, not at registration: `jobledger --help` must not load fastify, the ledger or io-ts.
+      const [{ isLoopback, resolveTokens }, { createHttpServer }, { createLedger, createPool }, { openDatabase }] = await Promise.all([
+        import('../../http/auth.js'),
+        import('../../http/server.js'),
+        import('../../ledger.js'),
+        import('../database.js'),
+      ]);
+      // Checked before the database is opened: a bad token setting fails at once, naming the variable.
+      const { tokens, generated } = resolveTokens(process.env);
       // A generated token is printed on this machine's stderr only; anyone who can reach a
       // non-loopback address MUST NOT be the first to act on a dashboard whose token nobody chose.
       if (generated && !isLoopback(flags.host)) {
-        throw new UsageError(`--host: ${flags.host} is not a loopback address; set JOBLEDGER_TOKEN to serve on it`);
+        throw new UsageError(`--host: ${flags.host} is not a loopback address; set JOBLEDGER_TOKENS or JOBLEDGER_TOKEN to serve on it`);
       }
       const db = await openDatabase((line) => ctx.logger.debug({ embedded: line }));
       const pool = createPool({ databaseUrl: db.url, poolSize: 6, logger: ctx.logger });
@@ -61,11 +69,15 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
         }).catch(asUsage({ queues: '--queue-cap' }));
         try {
           ledger.start();
-          const server = await createHttpServer({ ledger, db: pool, token, loopbackOnly: isLoopback(flags.host), logger: ctx.logger.child({ component: 'http' }) });
+          const server = await createHttpServer({ ledger, db: pool, tokens, loopbackOnly: isLoopback(flags.host), logger: ctx.logger.child({ component: 'http' }) });
           try {
             const signalled = untilSignalled(ctx);
             const url = await server.listen({ port: flags.port, host: flags.host });
-            if (generated) ctx.note(`JOBLEDGER_TOKEN is unset; the token for this run (mutating routes and the page's actions need it): ${token}`);
+            if (generated) ctx.note(`JOBLEDGER_TOKEN is unset; the token for this run (mutating routes and the page's actions need it): ${tokens[0]!.token}`);
+            else {
+              const names = tokens.flatMap((t) => (t.name === null ? [] : [t.name]));
+              if (names.length > 0) ctx.note(`named tokens for ${[...new Set(names)].join(', ')}${tokens.some((t) => t.name === null) ? ', and the shared JOBLEDGER_TOKEN' : ''}`);
+            }
             ctx.note(`jobledger serving ${url}/ (${db.describe}; projections ${ledger.projectionMode})`);
             await signalled;
           } finally {

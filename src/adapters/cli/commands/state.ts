@@ -1,13 +1,13 @@
 import type { Command } from 'commander';
-import { keyStateAt } from '../../../commands/key-state-at.js';
+import type { KeyStateAt } from '../../../commands/key-state-at.js';
 import { auditKeyOf, jobName } from '../../../domain/audit.js';
-import { holders, jobsIn, parkedInOrder, type JobEntry } from '../../../domain/key-state.js';
+import type { JobEntry } from '../../../domain/key-state.js';
+import type { EventStore } from '../../../domain/ports/event-store.js';
 import { keyStream } from '../../../domain/streams.js';
-import { Key } from '../../../domain/values.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { UsageError } from '../errors.js';
 import { print, table, time } from '../output.js';
-import { checked, integer, isoTime } from '../parse.js';
+import { integer, isoTime } from '../parse.js';
 
 /**
  * Where a job is from and what else it is under: a guest (a job of another key under this key's
@@ -19,23 +19,41 @@ type Placed = ReturnType<typeof placeOf> & { readonly jobId: string };
 
 const who = (j: Placed): string => jobName(j.jobId, j.home);
 
+/**
+ * The key's state at the point asked, or, when the key had no event yet at --at, when its first
+ * was. A key with no event at all is refused (UnknownKeyError, exit 2), as release refuses it.
+ */
+const load = async (store: EventStore, key: string, until: { readonly revision?: number; readonly at?: number }): Promise<KeyStateAt | { readonly firstEventAt: number }> => {
+  const [{ keyStateAt }, { decodeRecorded }, { UnknownKeyError }] = await Promise.all([import('../../../commands/key-state-at.js'), import('../../../domain/recorded.js'), import('../../../domain/errors.js')]);
+  const folded = await keyStateAt(store, keyStream(key), until);
+  if (folded.revision !== 'no_stream') return folded;
+  const [first] = await store.readStream(keyStream(key), { fromRevision: 0, maxCount: 1 });
+  if (first === undefined) throw new UnknownKeyError(key);
+  return { firstEventAt: decodeRecorded(first).data.at };
+};
+
 export const registerState = (program: Command, ctx: CommandContext): void => {
   program
     .command('state')
     .description("a key's state folded from its stream: now, at a past moment (--at) or after a revision (--revision)")
-    .requiredOption('--key <key>', 'concurrency key', checked('--key', Key))
-    .option('--at <iso>', 'as it was at this time', isoTime('--at'))
-    .option('--revision <n>', 'as it was after this stream revision', integer('--revision'))
+    .requiredOption('--key <key>', 'concurrency key (refused when no job was ever enqueued with it)')
+    .option('--at <iso>', 'as it was at this time (default: now)', isoTime('--at'))
+    .option('--revision <n>', 'as it was after this stream revision (default: the last)', integer('--revision'))
     .option('--json', 'machine-readable output')
     .action(async (flags: { key: string; at?: Date; revision?: number; json?: boolean }) => {
+      const [{ holders, jobsIn, parkedInOrder }, { Key, checkField }] = await Promise.all([import('../../../domain/key-state.js'), import('../../../domain/values.js')]);
+      checkField('--key', Key, flags.key);
       if (flags.at && flags.revision !== undefined) throw new UsageError('--revision: give --at or --revision, not both');
       if (flags.revision !== undefined && flags.revision < 0) throw new UsageError('--revision: must be 0 or more');
-      const { state, revision, at } = await withLedger(ctx, (ledger) =>
-        keyStateAt(ledger.store, keyStream(flags.key), {
-          ...(flags.at ? { at: flags.at.getTime() } : {}),
-          ...(flags.revision !== undefined ? { revision: flags.revision } : {}),
-        }),
-      );
+      const until = { ...(flags.at ? { at: flags.at.getTime() } : {}), ...(flags.revision !== undefined ? { revision: flags.revision } : {}) };
+      const found = await withLedger(ctx, (ledger) => load(ledger.store, flags.key, until));
+      if ('firstEventAt' in found) {
+        print({ json: flags.json === true }, { key: flags.key, revision: null, at: null, firstEventAt: time(found.firstEventAt) }, () =>
+          `key ${JSON.stringify(flags.key)} had no event yet at ${time(until.at)}: its first was at ${time(found.firstEventAt)}`,
+        );
+        return;
+      }
+      const { state, revision, at } = found;
       const view = {
         key: flags.key,
         revision,

@@ -1,11 +1,11 @@
 import { Option, type Command } from 'commander';
-import { loadHandlers } from '../../worker/load-handlers.js';
-import { UNKNOWN_JOBS, WORKER_DEFAULTS, type UnknownJobs } from '../../worker/worker.js';
-import { asUsage } from '../errors.js';
-import { openDatabase } from '../database.js';
+import type { UnknownJobs } from '../../worker/worker.js';
 import type { CommandContext } from '../context.js';
-import { createLedger } from '../../ledger.js';
+import { UsageError, asUsage } from '../errors.js';
 import { duration, each, integer, queueCap, queueCaps } from '../parse.js';
+
+// The defaults the worker applies itself (WORKER_DEFAULTS) are named in the help text, not read
+// from worker.js: registering the command must not load the worker (fp-ts, io-ts, the domain).
 
 interface WorkerFlags {
   handlers: string;
@@ -16,7 +16,7 @@ interface WorkerFlags {
   visibility?: number;
   heartbeat: boolean;
   handoffSlice?: number;
-  unknownJobs: UnknownJobs;
+  unknownJobs?: UnknownJobs;
   unknownJobDelay?: number;
   queueCap?: (readonly [string, number])[];
 }
@@ -28,27 +28,36 @@ export const registerWorker = (program: Command, ctx: CommandContext): void => {
     .requiredOption('--handlers <path>', 'handlers module (ESM or CommonJS): export default { jobName: async (args, ctx) => { … } }')
     .option('--queue <queue>', 'dispatch queue to read', 'default')
     .option('--concurrency <n>', 'handlers running at once', integer('--concurrency'), 10)
-    .option('--grace <duration>', 'at shutdown, how long running handlers may finish before they are yielded', duration('--grace'), 10_000)
+    .addOption(new Option('--grace <duration>', 'at shutdown, how long running handlers may finish before they are yielded').argParser(duration('--grace')).default(10_000, '10s'))
     .option('--queue-cap <queue=n>', 'a queue capped at n running jobs across every process (repeatable; default: JOBLEDGER_QUEUES, e.g. "builds=3,emails=10"); recorded as the limit of the key queue:<queue>', each(queueCap('--queue-cap')))
     .option('--sweeper', 'also run the sweeper (lease expiry, due jobs); one instance leads at a time')
-    .option('--visibility <duration>', 'how long a message read but not yet started stays invisible to other workers', duration('--visibility'))
-    .option('--handoff-slice <duration>', "how long a handler slot keeps starting its key's next job directly before that goes through the queue (0: no direct handoff)", duration('--handoff-slice'))
-    .addOption(
-      new Option('--unknown-jobs <what>', 'a job whose name no handler here knows: give it back (its attempt not counted, offered again later) or fail the attempt')
-        .choices(UNKNOWN_JOBS)
-        .default(WORKER_DEFAULTS.unknownJobs),
-    )
-    .option('--unknown-job-delay <duration>', `how long a job given back waits before it is offered again (default ${WORKER_DEFAULTS.unknownJobDelayMs / 1000}s, plus up to a fifth at random)`, duration('--unknown-job-delay'))
+    .option('--visibility <duration>', 'how long a message read but not yet started stays invisible to other workers (default: 30s)', duration('--visibility'))
+    .option('--handoff-slice <duration>', "how long a handler slot keeps starting its key's next job directly before that goes through the queue (0: no direct handoff; default: 1s)", duration('--handoff-slice'))
+    .option('--unknown-jobs <what>', 'a job whose name no handler here knows: give-back (its attempt not counted, offered again later) or fail (the attempt) (default: give-back)')
+    .option('--unknown-job-delay <duration>', 'how long a job given back waits before it is offered again (default: 10s, plus up to a fifth at random)', duration('--unknown-job-delay'))
     .option('--no-heartbeat', 'do not renew leases (for testing lease fencing: a lease then lapses under a live handler)')
     .action(async (flags: WorkerFlags) => {
-      const handlers = await loadHandlers(flags.handlers);
+      const [{ loadHandlers }, { UNKNOWN_JOBS }, { openDatabase }, { createLedger }] = await Promise.all([
+        import('../../worker/load-handlers.js'),
+        import('../../worker/worker.js'),
+        import('../database.js'),
+        import('../../ledger.js'),
+      ]);
+      // Checked before the database is waited for: a worker may wait for it a long time.
+      if (flags.unknownJobs !== undefined && !UNKNOWN_JOBS.includes(flags.unknownJobs)) throw new UsageError(`--unknown-jobs: must be one of ${UNKNOWN_JOBS.join(', ')}`);
+      const handlers = await loadHandlers(flags.handlers).catch(asUsage({ handlers: '--handlers' }));
       const db = await openDatabase((line) => ctx.logger.debug({ embedded: line }));
       const queues = queueCaps(flags.queueCap);
-      const ledger = await createLedger({ databaseUrl: db.url, logger: ctx.logger, waitForDatabaseMs: Number.POSITIVE_INFINITY, ...(queues === undefined ? {} : { queues }) }).catch(asUsage({ queues: '--queue-cap' }));
+      const ledger = await createLedger({ databaseUrl: db.url, logger: ctx.logger, waitForDatabaseMs: Number.POSITIVE_INFINITY, ...(queues === undefined ? {} : { queues }) })
+        .catch(asUsage({ queues: '--queue-cap' }))
+        .catch(async (error: unknown) => {
+          await db.close();
+          throw db.explain(error);
+        });
       const options = {
         handlers,
         heartbeat: flags.heartbeat,
-        unknownJobs: flags.unknownJobs,
+        ...(flags.unknownJobs !== undefined ? { unknownJobs: flags.unknownJobs } : {}),
         ...(flags.queue ? { queue: flags.queue } : {}),
         ...(flags.concurrency !== undefined ? { concurrency: flags.concurrency } : {}),
         ...(flags.visibility !== undefined ? { visibilityMs: flags.visibility } : {}),
@@ -61,7 +70,7 @@ export const registerWorker = (program: Command, ctx: CommandContext): void => {
       } catch (error) {
         await ledger.close();
         await db.close();
-        return asUsage({ concurrency: '--concurrency', handoffSliceMs: '--handoff-slice', unknownJobs: '--unknown-jobs', unknownJobDelayMs: '--unknown-job-delay' })(error);
+        return asUsage({ concurrency: '--concurrency', handoffSliceMs: '--handoff-slice', unknownJobDelayMs: '--unknown-job-delay' })(error);
       }
       worker.start();
       if (flags.sweeper) ledger.start();

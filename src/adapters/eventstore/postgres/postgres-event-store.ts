@@ -68,7 +68,7 @@ export class PostgresEventStore implements EventStore, LedgerStore {
 
   async recorded(probe: EventProbe): Promise<boolean> {
     // By primary key: the event id alone would need an index on every event's id.
-    const { rows } = await this.pool.query('SELECT 1 FROM events WHERE stream = $1 AND stream_revision = $2 AND event_id = $3::uuid', [probe.stream, probe.revision, probe.eventId]);
+    const { rows } = await this.pool.query('SELECT 1 FROM ledger_events WHERE stream = $1 AND stream_revision = $2 AND event_id = $3::uuid', [probe.stream, probe.revision, probe.eventId]);
     return rows.length > 0;
   }
 
@@ -128,7 +128,7 @@ export class PostgresEventStore implements EventStore, LedgerStore {
 
   async readStream(stream: string, options: ReadStreamOptions = {}): Promise<RecordedEvent[]> {
     const { rows } = await this.pool.query<EventRow>(
-      `SELECT ${EVENT_COLUMNS} FROM events
+      `SELECT ${EVENT_COLUMNS} FROM ledger_events
        WHERE stream = $1 AND stream_revision >= $2
        ORDER BY stream_revision
        LIMIT $3`,
@@ -141,9 +141,9 @@ export class PostgresEventStore implements EventStore, LedgerStore {
     const result = new Map<string, RecordedEvent[]>(requests.map((r) => [r.stream, []]));
     if (requests.length === 0) return result;
     const { rows } = await this.pool.query<EventRow>(
-      `SELECT ${EVENT_COLUMNS} FROM events
+      `SELECT ${EVENT_COLUMNS} FROM ledger_events e
        JOIN unnest($1::text[], $2::bigint[]) AS wanted (s, from_revision)
-         ON events.stream = wanted.s AND events.stream_revision >= wanted.from_revision
+         ON e.stream = wanted.s AND e.stream_revision >= wanted.from_revision
        ORDER BY stream, stream_revision`,
       [requests.map((r) => r.stream), requests.map((r) => r.fromRevision)],
     );
@@ -163,13 +163,13 @@ export class PostgresEventStore implements EventStore, LedgerStore {
          ${options.streamPrefix === undefined ? '' : 'AND starts_with(stream, $4)'}`;
     const text =
       options.wholeTransactions === true && options.maxCount !== undefined
-        ? `SELECT ${EVENT_COLUMNS} FROM events
+        ? `SELECT ${EVENT_COLUMNS} FROM ledger_events
            WHERE ${where}
              AND transaction_id <= coalesce(
-               (SELECT transaction_id FROM events WHERE ${where} ORDER BY transaction_id, global_position OFFSET $3::bigint - 1 LIMIT 1),
+               (SELECT transaction_id FROM ledger_events WHERE ${where} ORDER BY transaction_id, global_position OFFSET $3::bigint - 1 LIMIT 1),
                '18446744073709551615'::xid8)
            ORDER BY transaction_id, global_position`
-        : `SELECT ${EVENT_COLUMNS} FROM events WHERE ${where} ORDER BY transaction_id, global_position LIMIT $3`;
+        : `SELECT ${EVENT_COLUMNS} FROM ledger_events WHERE ${where} ORDER BY transaction_id, global_position LIMIT $3`;
     const { rows } = await this.pool.query<EventRow>(text, values);
     return rows.map(toRecordedEvent);
   }
@@ -179,7 +179,7 @@ export class PostgresEventStore implements EventStore, LedgerStore {
     const candidates = eventIds.filter((id) => UUID.test(id));
     if (candidates.length === 0) return new Set();
     const { rows } = await this.pool.query<{ event_id: string }>(
-      'SELECT event_id FROM events WHERE event_id = ANY($1::uuid[])',
+      'SELECT event_id FROM ledger_events WHERE event_id = ANY($1::uuid[])',
       [candidates],
     );
     const found = new Set(rows.map((row) => row.event_id));

@@ -316,6 +316,14 @@ interface LockRow {
   stream_revision: string | null;
 }
 
+/**
+ * The archived events a lock must read (see migration 0010): only those of a stream whose state
+ * is built from before its newest archived revision, a one-time filter the planner checks before
+ * touching events_archive, so a flush on a stream its writer holds never reads the archive.
+ */
+const FROM_ARCHIVE = (archivedRevision: string, after: string, stream: string): string =>
+  `${archivedRevision} > ${after} AND a.stream = ${stream} AND a.stream_revision > ${after}`;
+
 // The streams to write ($1, sorted), locked in name order ("C" collation): two transactions
 // sharing streams take them in the same order and queue up instead of deadlocking (LockRows sits
 // above the sort, so rows are locked in that order). Each row's transaction_id tells whether a
@@ -327,7 +335,7 @@ interface LockRow {
 export const LOCK_SQL = `
 WITH w AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS w (stream, after)),
 locked AS MATERIALIZED (
-  SELECT stream, revision, transaction_id FROM streams WHERE stream = ANY($1::text[]) ORDER BY stream FOR UPDATE
+  SELECT stream, revision, transaction_id, archived_revision FROM streams WHERE stream = ANY($1::text[]) ORDER BY stream FOR UPDATE
 )
 SELECT l.stream, l.revision::text AS revision, l.transaction_id::text AS writer, pg_current_xact_id()::text AS xid,
        s.revision::text AS snapshot_revision,
@@ -338,7 +346,10 @@ LEFT JOIN snapshots s ON s.stream = l.stream AND s.schema_version = $3 AND s.rev
 LEFT JOIN LATERAL (
   SELECT ${EVENT_COLUMNS} FROM events
   WHERE events.stream = l.stream AND l.revision > w.after AND events.stream_revision > greatest(w.after, coalesce(s.revision, -1))
-  ORDER BY events.stream_revision
+  UNION ALL
+  SELECT ${EVENT_COLUMNS} FROM events_archive a
+  WHERE l.revision > w.after AND ${FROM_ARCHIVE('l.archived_revision', 'greatest(w.after, coalesce(s.revision, -1))', 'l.stream')}
+  ORDER BY stream_revision
 ) e ON true
 ORDER BY l.stream, e.stream_revision`;
 
@@ -353,11 +364,15 @@ JOIN snapshots s ON s.stream = w.stream AND s.schema_version = $3 AND s.revision
 // Every event after the caller's state (or after the newer snapshot SNAPSHOTS_SQL returns).
 export const DELTAS_SQL = `
 SELECT e.* FROM unnest($1::text[], $2::bigint[]) AS w (stream, after)
+JOIN streams st ON st.stream = w.stream
+CROSS JOIN LATERAL (SELECT greatest(w.after, coalesce((SELECT s.revision FROM snapshots s WHERE s.stream = w.stream AND s.schema_version = $3 AND s.revision > w.after), -1)) AS after) f
 CROSS JOIN LATERAL (
   SELECT ${EVENT_COLUMNS} FROM events
-  WHERE events.stream = w.stream
-    AND events.stream_revision > greatest(w.after, coalesce((SELECT s.revision FROM snapshots s WHERE s.stream = w.stream AND s.schema_version = $3 AND s.revision > w.after), -1))
-  ORDER BY events.stream_revision
+  WHERE events.stream = w.stream AND events.stream_revision > f.after
+  UNION ALL
+  SELECT ${EVENT_COLUMNS} FROM events_archive a
+  WHERE ${FROM_ARCHIVE('st.archived_revision', 'f.after', 'w.stream')}
+  ORDER BY stream_revision
 ) e
 ORDER BY e.stream, e.stream_revision`;
 

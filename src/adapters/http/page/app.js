@@ -1,160 +1,76 @@
 // The jobledger dashboard. Plain JavaScript served by `jobledger serve`, no dependencies.
 // Every value from the server is put on the page as text (textContent, text nodes, attributes
 // set one by one), never parsed as HTML: a key named `<img src=x onerror=alert(1)>` shows as
-// those characters.
+// those characters. Every text of the page's own comes from the catalogue (i18n.js), in the
+// language picked in the header; the server's data and error messages are shown as they are.
+// This module puts the page together: the cards, the warnings, the keys and a key's view; the
+// workers and queues (workers.js), failed and dead jobs (dead-jobs.js) and a job's view
+// (job-view.js) render their own sections, all with ui.js.
+
+import { LANGUAGES } from './i18n.js';
+import { readDeadJobs, renderDeadJobs, wireDeadJobs } from './dead-jobs.js';
+import { readJob, renderJobView, wireJobView } from './job-view.js';
+import {
+  $,
+  act,
+  age,
+  ago,
+  ApiError,
+  clockWithRelative,
+  el,
+  fromNow,
+  getJson,
+  holderBadge,
+  jobLink,
+  keyHref,
+  known,
+  orMissing,
+  postJson,
+  refreshWith,
+  repaintToasts,
+  setText,
+  t,
+  tr,
+  askToken,
+  useLanguage,
+} from './ui.js';
+import { renderWorkers, wireWorkers } from './workers.js';
 
 const REFRESH_MS = 2000;
-const TOKEN_STORAGE = 'jobledger.token';
 
-const $ = (id) => document.getElementById(id);
+// ---- state ---------------------------------------------------------------------
 
-/** An element with attributes/properties and children (strings become text nodes). */
-const el = (tag, props = {}, ...children) => {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(props)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (name === 'className') node.className = value;
-    else if (name === 'dataset') Object.assign(node.dataset, value);
-    else if (name.startsWith('on')) node.addEventListener(name.slice(2), value);
-    else node.setAttribute(name, value === true ? '' : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
+const state = {
+  keys: [],
+  totals: null,
+  /** The API's warnings (GET /api/keys), the workers and the queues. */
+  warnings: [],
+  workers: [],
+  queues: [],
+  sort: { by: 'key', dir: 1 },
+  filter: '',
+  onlyAtLimit: false,
+  /** What the hash names: { kind: 'key' | 'job', id }, or null for the keys alone. */
+  view: null,
+  /** The view's data once read: { view, data } (data null: the server does not know it). */
+  loaded: null,
+  /** When the server last answered every read of a refresh (browser clock), and what went wrong since. */
+  updatedAt: null,
+  failure: null,
 };
 
-const setText = (id, text) => {
-  $(id).textContent = text;
-};
+const loadedData = () => (state.loaded !== null && state.loaded.view === state.view ? state.loaded : null);
 
-// ---- time ------------------------------------------------------------------
-
-/** Server time minus this browser's, so ages are measured on the server's clock. */
-let skew = 0;
-const now = () => Date.now() + skew;
-
-const duration = (ms) => {
-  if (ms === null || ms === undefined) return '–';
-  const s = Math.max(0, ms) / 1000;
-  if (s < 10) return `${s.toFixed(1)} s`;
-  if (s < 60) return `${Math.floor(s)} s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m} m ${Math.floor(s % 60)} s`;
-  const h = Math.floor(m / 60);
-  if (h < 24) return `${h} h ${m % 60} m`;
-  return `${Math.floor(h / 24)} d ${h % 24} h`;
-};
-
-const clock = (epochMs) => (epochMs === null || epochMs === undefined ? '–' : new Date(epochMs).toLocaleString());
-const ago = (epochMs) => (epochMs === null || epochMs === undefined ? '–' : `${duration(now() - epochMs)} ago`);
-const fromNow = (epochMs) => {
-  if (epochMs === null || epochMs === undefined) return '–';
-  const d = epochMs - now();
-  return d >= 0 ? `in ${duration(d)}` : `${duration(-d)} ago`;
-};
-
-// ---- API -------------------------------------------------------------------
-
-class ApiError extends Error {
-  constructor(status, body) {
-    super(body && body.error ? body.error : `HTTP ${status}`);
-    this.status = status;
-  }
-}
-
-const getJson = async (path) => {
-  const response = await fetch(path, { headers: { accept: 'application/json' } });
-  const body = await response.json().catch(() => null);
-  if (!response.ok) throw new ApiError(response.status, body);
-  if (body && typeof body.now === 'number') skew = body.now - Date.now();
-  return body;
-};
-
-/** Asks for the token in a dialog; resolves to it, or null when cancelled. */
-const askToken = () =>
-  new Promise((resolve) => {
-    const dialog = $('token-dialog');
-    const input = $('token-input');
-    input.value = sessionStorage.getItem(TOKEN_STORAGE) ?? '';
-    dialog.addEventListener(
-      'close',
-      () => {
-        const token = input.value.trim();
-        if (dialog.returnValue === 'ok' && token !== '') {
-          sessionStorage.setItem(TOKEN_STORAGE, token);
-          resolve(token);
-        } else resolve(null);
-      },
-      { once: true },
-    );
-    dialog.showModal();
-    input.focus();
-  });
-
-/** POSTs with the bearer token (asked for once per tab, and again when the server refuses it). */
-const postJson = async (path, body) => {
-  let token = sessionStorage.getItem(TOKEN_STORAGE) ?? (await askToken());
-  for (let tries = 0; token !== null && tries < 2; tries++) {
-    const response = await fetch(path, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'application/json', authorization: `Bearer ${token}` },
-      body: JSON.stringify(body),
-    });
-    const result = await response.json().catch(() => null);
-    if (response.ok) return result;
-    if (response.status !== 401) throw new ApiError(response.status, result);
-    sessionStorage.removeItem(TOKEN_STORAGE);
-    token = await askToken();
-  }
-  throw new Error('no token given: nothing was changed');
-};
-
-// ---- messages and confirmation -----------------------------------------------
-
-let messageTimer;
-const showMessage = (text, kind = 'info') => {
-  const box = $('message');
-  box.textContent = text;
-  box.className = `message ${kind}`;
-  box.hidden = false;
-  clearTimeout(messageTimer);
-  messageTimer = setTimeout(() => (box.hidden = true), kind === 'error' ? 12000 : 6000);
-};
-
-/** A modal confirmation; resolves true only when the operator confirms. */
-const confirmAction = ({ title, text, warning, confirm }) =>
-  new Promise((resolve) => {
-    const dialog = $('confirm');
-    setText('confirm-title', title);
-    setText('confirm-text', text);
-    const warn = $('confirm-warning');
-    warn.textContent = warning ?? '';
-    warn.hidden = !warning;
-    setText('confirm-ok', confirm);
-    dialog.addEventListener('close', () => resolve(dialog.returnValue === 'ok'), { once: true });
-    dialog.returnValue = 'cancel';
-    dialog.showModal();
-  });
-
-/** Confirms, runs the action, reports its result, refreshes. */
-const act = async (confirmation, run, describe) => {
-  if (!(await confirmAction(confirmation))) return;
-  try {
-    const result = await run();
-    showMessage(describe(result));
-  } catch (error) {
-    showMessage(`Not done: ${error.message}`, 'error');
-  }
-  await refresh();
+/** The key a view is about: the key view's, or the job's once read. */
+const viewKey = () => {
+  if (state.view === null) return null;
+  if (state.view.kind === 'key') return state.view.id;
+  return loadedData()?.data?.key ?? null;
 };
 
 // ---- keys table ----------------------------------------------------------------
 
-const state = { keys: [], sort: { by: 'key', dir: 1 }, filter: '', onlyAtLimit: false, key: null };
-
-const LEASE_ORDER = { expired: 0, live: 1, unstarted: 2, none: 3 };
+const LEASE_ORDER = { expired: 0, 'worker-gone': 1, live: 2, unstarted: 3, none: 4 };
 const sortValue = (row, by) => {
   if (by === 'inUse') return row.limit === 0 ? 0 : row.inUse / row.limit;
   if (by === 'leaseState') return LEASE_ORDER[row.leaseState];
@@ -172,73 +88,120 @@ const compare = (a, b) => {
   return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
 };
 
-const keyHref = (key) => `#key=${encodeURIComponent(key)}`;
-
-const leaseBadge = (leaseState) => el('span', { className: `badge lease-${leaseState}` }, leaseState);
+// A key's worst holder state; one a newer server names and this page does not know yet is shown as the server says it.
+const leaseBadge = (leaseState) => el('span', { className: `badge lease-${leaseState}` }, known('lease', leaseState));
 
 // A key with an event that does not decode: its commands are refused and its jobs wait until the
 // event is fixed (or a release reads it); the next successful read ends the quarantine.
 const quarantineBadge = (q) =>
-  q ? el('span', { className: 'badge quarantined-badge', title: `revision ${q.revision} (position ${q.position}): ${q.error}` }, 'quarantined') : null;
+  q ? el('span', { className: 'badge quarantined-badge', title: t('badge.quarantinedTitle', { revision: q.revision, position: q.position, error: q.error }) }, t('badge.quarantined')) : null;
 
 // A paused key admits nothing new (holders finish, parked jobs keep their order) until resumed.
-const pausedBadge = (p) => (p ? el('span', { className: 'badge paused-badge', title: `paused by ${p.by}${p.reason ? `: ${p.reason}` : ''}` }, 'paused') : null);
+const pausedBadge = (p) =>
+  p ? el('span', { className: 'badge paused-badge', title: p.reason ? t('badge.pausedTitleReason', { by: p.by, reason: p.reason }) : t('badge.pausedTitle', { by: p.by }) }, t('badge.paused')) : null;
 
 const quarantineText = (q) =>
-  `Quarantined since ${clock(q.firstSeen)}: the event at revision ${q.revision} (global position ${q.position}) does not decode — ${q.error}. ` +
-  `Stopped at it: ${q.readers.join(', ')}. Its commands are refused and its jobs wait; what is shown is the key before that event. ` +
-  'The quarantine ends by itself once the event decodes (fixed, or read by a release that knows its type).';
+  t('key.quarantine', { since: tr.clock(q.firstSeen), revision: q.revision, position: q.position, error: q.error, readers: q.readers.join(', ') });
 
 const renderKeys = () => {
   const filter = state.filter.toLowerCase();
-  const rows = state.keys
-    .filter((k) => (!state.onlyAtLimit || k.atLimit) && k.key.toLowerCase().includes(filter))
-    .sort(compare);
-  const body = $('keys-body');
-  body.replaceChildren(
+  const selected = viewKey();
+  const rows = state.keys.filter((k) => (!state.onlyAtLimit || k.atLimit) && k.key.toLowerCase().includes(filter)).sort(compare);
+  $('keys-body').replaceChildren(
     ...rows.map((k) =>
       el(
         'tr',
-        { className: k.atLimit ? 'at-limit' : undefined, dataset: { key: k.key } },
-        el('td', { dataset: { label: 'Key' } }, el('a', { href: keyHref(k.key), className: 'key-link' }, k.key), quarantineBadge(k.quarantine), pausedBadge(k.paused)),
-        el('td', { dataset: { label: 'In use / limit' } }, el('span', { className: 'use' }, `${k.inUse} / ${k.limit}`), k.atLimit ? el('span', { className: 'badge at-limit-badge' }, 'at limit') : null),
-        el('td', { dataset: { label: 'Lease' } }, leaseBadge(k.leaseState)),
-        el('td', { dataset: { label: 'Parked' }, className: 'num' }, String(k.parked)),
-        el('td', { dataset: { label: 'Scheduled' }, className: 'num' }, String(k.scheduled)),
-        el('td', { dataset: { label: 'Oldest wait' } }, k.oldestParkedAt === null ? '–' : duration(now() - k.oldestParkedAt)),
+        { className: [k.atLimit ? 'at-limit' : '', k.key === selected ? 'selected' : ''].join(' ').trim() || undefined, dataset: { key: k.key } },
+        el(
+          'td',
+          { dataset: { label: t('col.key') } },
+          el('a', { href: keyHref(k.key), className: 'key-link', 'aria-current': k.key === selected ? 'page' : undefined }, k.key),
+          quarantineBadge(k.quarantine),
+          pausedBadge(k.paused),
+        ),
+        el(
+          'td',
+          { dataset: { label: t('col.inUse') } },
+          el('span', { className: 'use' }, `${tr.number(k.inUse)} / ${tr.number(k.limit)}`),
+          k.atLimit ? el('span', { className: 'badge at-limit-badge' }, t('badge.atLimit')) : null,
+        ),
+        el('td', { dataset: { label: t('col.lease') } }, leaseBadge(k.leaseState)),
+        el('td', { dataset: { label: t('col.parked') }, className: 'num' }, tr.number(k.parked)),
+        el('td', { dataset: { label: t('col.scheduled') }, className: 'num' }, tr.number(k.scheduled)),
+        el('td', { dataset: { label: t('col.oldestWait') } }, k.oldestParkedAt === null ? '–' : age(k.oldestParkedAt)),
       ),
     ),
   );
   const empty = $('keys-empty');
   empty.hidden = rows.length > 0;
-  empty.textContent = state.keys.length === 0 ? 'No keys yet: enqueue a job with a key.' : 'No key matches the filter.';
+  empty.textContent = state.keys.length === 0 ? t('keys.none') : t('keys.noMatch');
   for (const th of document.querySelectorAll('#keys-table th[data-sort]')) {
     th.setAttribute('aria-sort', th.dataset.sort === state.sort.by ? (state.sort.dir > 0 ? 'ascending' : 'descending') : 'none');
   }
 };
 
-const renderTotals = (totals) => {
-  setText('card-at-limit', String(totals.keysAtLimit));
-  setText('card-keys', `of ${totals.keys} key${totals.keys === 1 ? '' : 's'}`);
+/**
+ * What the held slots are doing, from the holders' states: "all running on live workers" only when
+ * every holder is; else each state that has some ("2 running · 1 worker gone · 1 admitted, not started").
+ */
+const holdersText = (totals) => {
+  const { running, unstarted, expired, workerGone } = totals.holders;
+  if (totals.slotsHeld === 0) return t('cards.noneHeld');
+  if (running === totals.slotsHeld) return t('cards.allRunning');
+  return [
+    running > 0 ? t('cards.running', { count: running }) : null,
+    workerGone > 0 ? t('cards.workerGone', { count: workerGone }) : null,
+    expired > 0 ? t('cards.expired', { count: expired }) : null,
+    unstarted > 0 ? t('cards.unstarted', { count: unstarted }) : null,
+  ]
+    .filter(Boolean)
+    .join(' · ');
+};
+
+/** The API's warnings, each said from its kind and figures (its `message` is English). */
+const warningItem = (w) => {
+  switch (w.kind) {
+    case 'holders-unstarted':
+      return tr.parts('warning.unstarted', { key: el('a', { href: keyHref(w.key) }, w.key), count: w.count, duration: age(w.since) });
+    case 'holders-worker-gone':
+      return tr.parts('warning.workerGone', { key: el('a', { href: keyHref(w.key) }, w.key), count: w.count });
+    case 'queue-without-consumer':
+      return tr.parts('warning.queueWithoutConsumer', { queue: el('code', {}, w.queue), count: w.depth, duration: w.oldestAgeMs === null ? '–' : tr.duration(w.oldestAgeMs) });
+    default:
+      return [w.message];
+  }
+};
+
+const renderWarnings = () => {
+  const warnings = state.warnings;
+  $('warnings').hidden = warnings.length === 0;
+  $('warnings-list').replaceChildren(...warnings.map((w) => el('li', { dataset: { kind: w.kind } }, warningItem(w))));
+};
+
+/** Bytes as megabytes in the page's language ("12,3 MB"). */
+const megabytes = (bytes) => `${tr.number(Math.round(bytes / 104_857.6) / 10)} MB`;
+
+const renderTotals = () => {
+  const totals = state.totals;
+  if (totals === null) return;
+  setText('card-at-limit', tr.number(totals.keysAtLimit));
+  setText('card-keys', t('cards.ofKeys', { count: totals.keys }));
   $('card-at-limit-box').classList.toggle('alert', totals.keysAtLimit > 0);
-  setText('card-slots', String(totals.slotsHeld));
-  const expired = state.keys.filter((k) => k.leaseState === 'expired').length;
-  setText('card-expired', expired > 0 ? `${expired} key${expired === 1 ? '' : 's'} with an expired lease` : 'all leases live');
-  setText('card-parked', String(totals.parked));
-  setText('card-scheduled', `${totals.scheduled} scheduled`);
-  setText('card-oldest', totals.oldestParkedAt === null ? '–' : duration(now() - totals.oldestParkedAt));
+  setText('card-slots', tr.number(totals.slotsHeld));
+  setText('card-holders', holdersText(totals));
+  setText('card-parked', tr.number(totals.parked));
+  setText('card-scheduled', t('cards.scheduled', { count: totals.scheduled }));
+  setText('card-oldest', totals.oldestParkedAt === null ? '–' : age(totals.oldestParkedAt));
+  setText('card-workers', tr.number(totals.workers.live));
+  setText('card-workers-gone', t('cards.workersGone', { count: totals.workers.gone }));
+  // Live and archived events (jobledger archive moves finished jobs' events out of the live table).
+  setText('card-ledger', t('cards.ledgerEvents', { count: totals.ledger.events + totals.ledger.archivedEvents }));
+  setText('card-ledger-size', t('cards.ledgerSize', { live: megabytes(totals.ledger.bytes), archived: megabytes(totals.ledger.archivedBytes) }));
+  // No live worker while slots are held: nobody runs them.
+  $('card-workers-box').classList.toggle('alert', totals.workers.live === 0 && totals.slotsHeld > 0);
 };
 
-// ---- key view ------------------------------------------------------------------
-
-const REASONS = {
-  completed: 'completed',
-  failed: 'failed',
-  expired: 'lease expired',
-  revoked: 'revoked',
-  yielded: 'yielded (worker shut down)',
-  cancelled: 'cancelled',
-};
+// ---- actions ---------------------------------------------------------------------
 
 // A guest (a job of another key holding or waiting here as one of its further limits) is released
 // or discarded at its own key, which frees it here and on every other limit at once.
@@ -247,75 +210,130 @@ const homeOf = (job, key) => job.home ?? key;
 /** A guest's home is a key the dashboard can act on; a job without a key (home job:<id>) is not. */
 const actionable = (job) => job.home === null || !job.home.startsWith('job:');
 
+const ownJobs = (jobs) => jobs.filter((j) => j.home === null);
+
+// What a release does to a holder (README, semantics): a started one has used its attempt and is
+// retried after a backoff (dead with none left); one no worker started parks again at its place.
 const releaseHolder = (key, holder) =>
   act(
     {
-      title: `Release job ${holder.jobId}?`,
-      text:
-        holder.home === null
-          ? `Its slot on key “${key}” goes back to the key, and the next parked job is promoted.`
-          : `It holds this slot as one of its further limits: it is released at its own key “${holder.home}”, which frees its slot there, here and on each of its limits.`,
+      title: t('release.title', { job: holder.jobId }),
+      paragraphs: [
+        holder.home === null ? t('release.text', { key }) : t('release.textGuest', { home: holder.home }),
+        holder.workerId === null ? t('release.unstarted') : t('release.started', { attempt: holder.attempt ?? 1 }),
+      ],
       warning:
-        holder.leaseState === 'live'
-          ? `Its lease is still live (until ${clock(holder.expiresAt)}): a worker may be running it right now. Releasing revokes the lease, the handler's signal is aborted, and its later result is refused.`
-          : null,
-      confirm: 'Release',
+        holder.state === 'running'
+          ? t('release.live', { time: tr.clock(holder.expiresAt) })
+          : holder.state === 'worker-gone'
+            ? t('release.workerGone', { time: tr.clock(holder.expiresAt), worker: holder.workerId })
+            : null,
+      confirm: t('release.confirm'),
+      danger: true,
     },
     () => postJson('/api/keys/release', { key: homeOf(holder, key), jobId: holder.jobId }),
-    (r) => `Released ${r.released.length} slot${r.released.length === 1 ? '' : 's'} of ${homeOf(holder, key)}.`,
+    (r) => t('done.released', { count: r.released.length, key: homeOf(holder, key) }),
   );
-
-const ownJobs = (jobs) => jobs.filter((j) => j.home === null);
 
 const releaseAll = (key, holders) => {
   const own = ownJobs(holders);
   const guests = holders.length - own.length;
+  const started = own.filter((h) => h.workerId !== null).length;
+  const live = own.filter((h) => h.state === 'running').length;
   return act(
     {
-      title: `Release every holder of “${key}”?`,
-      text:
-        `${own.length} slot${own.length === 1 ? '' : 's'} go back to the key; parked jobs are promoted into them.` +
-        (guests > 0 ? ` ${guests} job${guests === 1 ? '' : 's'} of other keys keep theirs: release those at their own keys.` : ''),
-      warning: own.some((h) => h.leaseState === 'live')
-        ? 'Some of these leases are still live: their workers may be running them now. Releasing revokes the leases, aborts those handlers, and refuses their later results.'
-        : null,
-      confirm: 'Release all',
+      title: t('releaseAll.title', { count: own.length, key }),
+      paragraphs: [
+        t('releaseAll.text', { count: own.length }),
+        started > 0 ? t('releaseAll.started', { count: started }) : null,
+        own.length > started ? t('releaseAll.unstarted', { count: own.length - started }) : null,
+        guests > 0 ? t('releaseAll.guests', { count: guests }) : null,
+      ],
+      jobIds: own.map((h) => h.jobId),
+      warning: live > 0 ? t('releaseAll.live', { count: live }) : null,
+      confirm: t('releaseAll.confirm', { count: own.length }),
+      danger: true,
     },
     () => postJson('/api/keys/release', { key }),
-    (r) => `Released ${r.released.length} slot${r.released.length === 1 ? '' : 's'} of ${key}.`,
+    (r) => t('done.released', { count: r.released.length, key }),
   );
 };
 
-/** `job`: one parked job (a guest is discarded at its own key); null: every parked job of the key's own. */
-const discard = (key, job) => {
-  const at = job === null ? key : homeOf(job, key);
+const discardOne = (key, job) =>
+  act(
+    {
+      title: t('discard.title', { job: job.jobId }),
+      paragraphs: [t('discard.text'), job.home === null ? null : t('discard.guest', { home: job.home })],
+      confirm: t('discard.confirm'),
+      danger: true,
+    },
+    () => postJson('/api/keys/discard', { key: homeOf(job, key), jobIds: [job.jobId] }),
+    (r) => t('done.discarded', { count: r.discarded.length, key: homeOf(job, key) }),
+  );
+
+const discardAll = (key, parked) => {
+  const own = ownJobs(parked);
+  const guests = parked.length - own.length;
   return act(
     {
-      title: job ? `Discard parked job ${job.jobId}?` : `Discard every parked job of “${key}”?`,
-      text:
-        'A discarded job never runs. The ledger records who discarded it.' +
-        (job === null ? ' Jobs of other keys waiting here stay: discard those at their own keys.' : job.home === null ? '' : ` It waits here as one of its further limits: it is discarded at its own key “${job.home}”.`),
-      warning: null,
-      confirm: 'Discard',
+      title: t('discardAll.title', { count: own.length, key }),
+      paragraphs: [t('discardAll.text', { count: own.length }), guests > 0 ? t('discardAll.guests', { count: guests }) : null],
+      jobIds: own.map((p) => p.jobId),
+      confirm: t('discardAll.confirm', { count: own.length }),
+      danger: true,
     },
-    () => postJson('/api/keys/discard', job ? { key: at, jobIds: [job.jobId] } : { key }),
-    (r) => `Discarded ${r.discarded.length} parked job${r.discarded.length === 1 ? '' : 's'} of ${at}.`,
+    () => postJson('/api/keys/discard', { key }),
+    (r) => t('done.discarded', { count: r.discarded.length, key }),
   );
 };
 
-const jobCell = (jobId, name) => [el('code', { className: 'job-id' }, jobId), name ? el('span', { className: 'job-name' }, name) : null];
+const changeLimit = (detail, limit) => {
+  const { key } = detail;
+  const current = detail.limit;
+  // A raise promotes the key's own parked jobs into the new free slots (further limits may hold some back).
+  const promotable = Math.min(Math.max(0, limit - detail.holders.length), ownJobs(detail.parked).length);
+  const consequence = limit < current ? t('limitChange.lower', { limit }) : promotable > 0 ? t('limitChange.raise', { count: promotable }) : t('limitChange.raiseNone');
+  return act(
+    { title: t('limitChange.title', { key, from: current, to: limit }), paragraphs: [consequence], confirm: t('limit.submit') },
+    () => postJson('/api/keys/limit', { key, limit }),
+    (r) => (r.promoted.length ? t('done.limitPromoted', { key, limit: r.limit, count: r.promoted.length }) : t('done.limit', { key, limit: r.limit })),
+  );
+};
+
+const togglePause = (detail) => {
+  const { key } = detail;
+  const pausing = detail.paused === null;
+  return act(
+    pausing
+      ? { title: t('pause.title', { key }), paragraphs: [t('pause.text')], confirm: t('pause.button') }
+      : { title: t('resume.title', { key }), paragraphs: [t('resume.text', { count: detail.parked.length })], confirm: t('resume.button') },
+    () => postJson(pausing ? '/api/keys/pause' : '/api/keys/resume', { key }),
+    (r) => (pausing ? t('done.paused', { key }) : r.promoted.length ? t('done.resumedPromoted', { key, count: r.promoted.length }) : t('done.resumed', { key })),
+  );
+};
+
+// ---- key view ------------------------------------------------------------------
+
+const REASONS = new Set(['completed', 'failed', 'expired', 'revoked', 'yielded', 'cancelled']);
+
+const jobCell = (jobId, name) => [jobLink(jobId), name ? el('span', { className: 'job-name' }, name) : null];
 
 /** Where a guest is from: a link to its own key's view. */
 const fromKey = (home) =>
   home === null
     ? null
-    : el('span', { className: 'from-key' }, home.startsWith('job:') ? 'from a job without a key' : ['from key ', el('a', { href: keyHref(home) }, home)]);
+    : el('span', { className: 'from-key' }, home.startsWith('job:') ? t('guest.fromJob') : tr.parts('guest.fromKey', { key: el('a', { href: keyHref(home) }, home) }));
 
 /** The job's further limits besides the key on view (a guest's list names it too), as small badges. */
 const limitBadges = (limits, key) => {
   const others = (limits ?? []).filter((k) => k !== key);
   if (others.length === 0) return null;
-  return el('span', { className: 'limits' }, el('span', { className: 'visually-hidden' }, 'also under limits: '), others.map((k) => el('span', { className: 'badge limit-badge', title: `also under the limit of key ${k}` }, k)));
+  return el(
+    'span',
+    { className: 'limits' },
+    el('span', { className: 'visually-hidden' }, t('limits.also')),
+    others.map((k) => el('span', { className: 'badge limit-badge', title: t('limits.badgeTitle', { key: k }) }, k)),
+  );
 };
 
 /** The Job cell: id and name, where a guest is from, and the job's further limits (one block, so a phone's cell keeps them together). */
@@ -323,7 +341,9 @@ const jobCellOf = (job, key) => el('div', {}, jobCell(job.jobId, job.name), from
 
 /** "waits on: t (5/5 full), api (paused)": the job's other limits that are full or paused now. */
 const waitsOnText = (waitsOn) =>
-  waitsOn && waitsOn.length > 0 ? `waits on: ${waitsOn.map((w) => `${w.key} (${w.paused ? 'paused' : `${w.inUse}/${w.limit} full`})`).join(', ')}` : null;
+  waitsOn && waitsOn.length > 0
+    ? t('waitsOn.list', { list: waitsOn.map((w) => (w.paused ? t('waitsOn.paused', { key: w.key }) : t('waitsOn.full', { key: w.key, inUse: w.inUse, limit: w.limit }))).join(', ') })
+    : null;
 
 const renderHolders = (detail) => {
   $('holders-body').replaceChildren(
@@ -331,13 +351,12 @@ const renderHolders = (detail) => {
       el(
         'tr',
         { dataset: { job: h.jobId } },
-        el('td', { dataset: { label: 'Job' } }, jobCellOf(h, detail.key)),
-        el('td', { dataset: { label: 'Worker' } }, h.workerId ?? 'not started'),
-        el('td', { dataset: { label: 'Since' } }, `${clock(h.acquiredAt)} (${h.how}, ${ago(h.acquiredAt)})`),
-        el('td', { dataset: { label: 'Lease expiry' } }, `${clock(h.expiresAt)} (${fromNow(h.expiresAt)})`),
-        el('td', { dataset: { label: 'Lease' } }, leaseBadge(h.leaseState)),
-        el('td', { dataset: { label: 'Attempt' }, className: 'num' }, h.attempt === null ? '–' : String(h.attempt)),
-        el('td', {}, actionable(h) ? el('button', { type: 'button', className: 'danger release', onclick: () => releaseHolder(detail.key, h) }, 'Release') : null),
+        el('td', { dataset: { label: t('col.job') } }, jobCellOf(h, detail.key)),
+        el('td', { dataset: { label: t('col.holderState') } }, holderBadge(h)),
+        el('td', { dataset: { label: t('col.since') } }, t('holders.since', { time: tr.clock(h.acquiredAt), how: t(`how.${h.how}`), ago: ago(h.acquiredAt) })),
+        el('td', { dataset: { label: t('col.expiry') } }, h.expiresAt === null ? '–' : clockWithRelative(h.expiresAt)),
+        el('td', { dataset: { label: t('col.attempt') }, className: 'num' }, h.attempt === null ? '–' : tr.number(h.attempt)),
+        el('td', {}, actionable(h) ? el('button', { type: 'button', className: 'danger release', onclick: () => releaseHolder(detail.key, h) }, t('holders.release')) : null),
       ),
     ),
   );
@@ -353,11 +372,11 @@ const renderParked = (detail) => {
       el(
         'tr',
         { dataset: { job: p.jobId } },
-        el('td', { dataset: { label: '#' }, className: 'num' }, String(i + 1)),
-        el('td', { dataset: { label: 'Job' } }, jobCellOf(p, detail.key)),
-        el('td', { dataset: { label: 'Priority' }, className: 'num' }, String(p.priority)),
-        el('td', { dataset: { label: 'Waiting' } }, el('div', {}, duration(now() - p.parkedAt), waitsOnText(p.waitsOn) && el('span', { className: 'waits-on' }, waitsOnText(p.waitsOn)))),
-        el('td', {}, actionable(p) ? el('button', { type: 'button', className: 'danger discard', onclick: () => discard(detail.key, p) }, 'Discard') : null),
+        el('td', { dataset: { label: t('col.position') }, className: 'num' }, tr.number(i + 1)),
+        el('td', { dataset: { label: t('col.job') } }, jobCellOf(p, detail.key)),
+        el('td', { dataset: { label: t('col.priority') }, className: 'num' }, tr.number(p.priority)),
+        el('td', { dataset: { label: t('col.waiting') } }, el('div', {}, age(p.parkedAt), waitsOnText(p.waitsOn) && el('span', { className: 'waits-on' }, waitsOnText(p.waitsOn)))),
+        el('td', {}, actionable(p) ? el('button', { type: 'button', className: 'danger discard', onclick: () => discardOne(detail.key, p) }, t('parked.discard')) : null),
       ),
     ),
   );
@@ -373,9 +392,9 @@ const renderScheduled = (detail) => {
       el(
         'tr',
         {},
-        el('td', { dataset: { label: 'Job' } }, jobCell(s.jobId, s.name)),
-        el('td', { dataset: { label: 'Due' } }, `${clock(s.runAt)} (${fromNow(s.runAt)})`),
-        el('td', { dataset: { label: 'Attempts so far' }, className: 'num' }, String(s.attempts)),
+        el('td', { dataset: { label: t('col.job') } }, jobCell(s.jobId, s.name)),
+        el('td', { dataset: { label: t('col.due') } }, clockWithRelative(s.runAt)),
+        el('td', { dataset: { label: t('col.attemptsSoFar') }, className: 'num' }, tr.number(s.attempts)),
       ),
     ),
   );
@@ -383,23 +402,47 @@ const renderScheduled = (detail) => {
   $('scheduled-table').hidden = detail.scheduled.length === 0;
 };
 
-const renderHandoffs = (detail) => {
-  $('handoffs').replaceChildren(
-    ...detail.handoffs.map((h) => {
-      const held = h.releasedAt === null ? `holding for ${duration(now() - h.acquiredAt)}` : `held ${duration(h.releasedAt - h.acquiredAt)}`;
-      const how = h.how === 'promoted' ? `promoted after ${duration(h.parkedMs)} parked` : 'acquired at once';
-      const why = h.releasedAt === null ? 'still held' : [REASONS[h.reason] ?? h.reason, h.by ? `by ${h.by}` : null, h.error ? `: ${h.error}` : null].filter(Boolean).join(' ');
+const whyOf = (h) => {
+  if (h.releasedAt === null) return t('handoff.stillHeld');
+  let why = REASONS.has(h.reason) ? t(`reason.${h.reason}`) : h.reason;
+  if (h.by) why = t('handoff.by', { reason: why, by: h.by });
+  if (h.error) why = t('handoff.error', { reason: why, error: h.error });
+  return why;
+};
+
+/** The handoffs (newest first) into `list`; `key` is the key on view, whose limit badge a handoff does not repeat. */
+const renderHandoffs = (list, empty, handoffs, key) => {
+  list.replaceChildren(
+    ...handoffs.map((h) => {
+      const held = h.releasedAt === null ? t('handoff.holding', { duration: age(h.acquiredAt) }) : t('handoff.held', { duration: tr.duration(h.releasedAt - h.acquiredAt) });
+      const how = h.how === 'promoted' ? t('handoff.promoted', { duration: tr.duration(h.parkedMs) }) : t('handoff.acquired');
       // A guest's worker, attempt and the who or what of its release are in its own key's audit.
-      const who = h.home === undefined ? `worker ${h.workerId ?? '–'}${h.attempt === null ? '' : `, attempt ${h.attempt}`}` : 'worker and attempt at its own key';
+      const who =
+        h.home !== undefined
+          ? t('handoff.guestWorker')
+          : h.attempt === null
+            ? t('handoff.worker', { worker: h.workerId ?? '–' })
+            : t('handoff.workerAttempt', { worker: h.workerId ?? '–', attempt: h.attempt });
       return el(
         'li',
         { className: `handoff reason-${h.reason ?? 'held'}`, dataset: { job: h.jobId } },
-        el('div', { className: 'handoff-head' }, el('code', { className: 'job-id' }, h.jobId), fromKey(h.home ?? null), limitBadges(h.limits, detail.key), el('span', { className: 'badge' }, why)),
-        el('div', { className: 'handoff-body' }, `${how}; ${who}; ${held} (${clock(h.acquiredAt)} → ${h.releasedAt === null ? 'now' : clock(h.releasedAt)})`),
+        el(
+          'div',
+          { className: 'handoff-head' },
+          jobLink(h.jobId),
+          fromKey(h.home ?? null),
+          limitBadges(h.limits, key),
+          el('span', { className: 'badge' }, whyOf(h)),
+        ),
+        el(
+          'div',
+          { className: 'handoff-body' },
+          t('handoff.body', { how, who, held, from: tr.clock(h.acquiredAt), to: h.releasedAt === null ? t('handoff.now') : tr.clock(h.releasedAt) }),
+        ),
       );
     }),
   );
-  $('handoffs-empty').hidden = detail.handoffs.length > 0;
+  empty.hidden = handoffs.length > 0;
 };
 
 const renderDetail = (detail) => {
@@ -407,69 +450,111 @@ const renderDetail = (detail) => {
   $('key-body').hidden = false;
   $('key-quarantine').hidden = detail.quarantine === null;
   setText('key-quarantine', detail.quarantine === null ? '' : quarantineText(detail.quarantine));
-  $('key-paused').hidden = detail.paused === null;
-  setText('key-paused', detail.paused === null ? '' : `Paused by ${detail.paused.by} ${fromNow(detail.paused.at)}${detail.paused.reason ? `: ${detail.paused.reason}` : ''}. Nothing new is admitted: holders finish, parked jobs keep their order.`);
-  setText('pause-toggle', detail.paused === null ? 'Pause key' : 'Resume key');
-  setText('key-summary', `${detail.holders.length} / ${detail.limit} slots held · ${detail.parked.length} parked · ${detail.scheduled.length} scheduled · lease ${duration(detail.leaseMs)}`);
+  const paused = detail.paused;
+  $('key-paused').hidden = paused === null;
+  setText('key-paused', paused === null ? '' : t(paused.reason ? 'key.pausedReason' : 'key.paused', { by: paused.by, when: fromNow(paused.at), reason: paused.reason ?? '' }));
+  setText('pause-toggle', paused === null ? t('pause.button') : t('resume.button'));
+  setText(
+    'key-summary',
+    t('key.summary', { held: detail.holders.length, limit: detail.limit, parked: detail.parked.length, scheduled: detail.scheduled.length, lease: tr.duration(detail.leaseMs) }),
+  );
   const limit = $('limit-input');
   if (document.activeElement !== limit) limit.value = String(detail.limit);
-  limit.dataset.current = String(detail.limit);
   renderHolders(detail);
   renderParked(detail);
   renderScheduled(detail);
-  renderHandoffs(detail);
+  renderHandoffs($('handoffs'), $('handoffs-empty'), detail.handoffs, detail.key);
 };
 
-// ---- refresh and navigation ----------------------------------------------------
-
-const keyOfHash = () => {
-  const params = new URLSearchParams(location.hash.slice(1));
-  const key = params.get('key');
-  return key === null || key === '' ? null : key;
+const renderKeyView = (key) => {
+  setText('key-title', key);
+  const loaded = loadedData();
+  if (loaded === null) {
+    // Nothing of the key shown before (its buttons act on the key that was on view) until it is read.
+    setText('key-summary', t('status.loading'));
+    for (const id of ['key-body', 'key-missing', 'key-quarantine']) $(id).hidden = true;
+    for (const id of ['holders-body', 'parked-body', 'scheduled-body', 'handoffs']) $(id).replaceChildren();
+    return;
+  }
+  if (loaded.data === null) {
+    $('key-missing').hidden = false;
+    $('key-quarantine').hidden = true;
+    $('key-body').hidden = true;
+    setText('key-summary', '');
+    return;
+  }
+  renderDetail(loaded.data);
 };
 
-let detail = null;
+// ---- refresh, status and navigation --------------------------------------------------
+
+const renderStatus = () => {
+  const failure = state.failure;
+  const time = state.updatedAt === null ? '–' : tr.timeOfDay(state.updatedAt);
+  let text;
+  if (failure === null) text = state.updatedAt === null ? t('status.loading') : t('status.updated', { time });
+  else if (failure instanceof ApiError) text = t('status.refused', { time, error: failure.message });
+  else text = state.updatedAt === null ? t('status.staleNever') : t('status.stale', { time });
+  setText('status', text);
+  $('status').classList.toggle('stale', failure !== null);
+  // The values shown are those of the last answer: dimmed until the server answers again.
+  document.querySelector('main').classList.toggle('stale', failure !== null);
+};
+
+const renderAll = () => {
+  renderTotals();
+  renderWarnings();
+  renderKeys();
+  renderWorkers(state.workers, state.queues);
+  renderDeadJobs();
+  const view = state.view;
+  $('key-view').hidden = view?.kind !== 'key';
+  $('job-view').hidden = view?.kind !== 'job';
+  if (view?.kind === 'key') renderKeyView(view.id);
+  if (view?.kind === 'job') renderJobView(view.id, loadedData(), state.workers);
+  renderStatus();
+};
+
+/** The view's data; null when the server does not know the key or job (404). */
+const readView = (view) => (view.kind === 'key' ? orMissing(() => getJson('/api/keys/detail', { key: view.id })) : readJob(view.id));
 
 const refresh = async () => {
+  const view = state.view;
   try {
-    const data = await getJson('/api/keys');
-    state.keys = data.keys;
-    renderTotals(data.totals);
-    renderKeys();
-    const key = state.key;
-    if (key !== null) {
-      try {
-        const d = await getJson(`/api/keys/detail?key=${encodeURIComponent(key)}`);
-        if (state.key === key) renderDetail((detail = d));
-      } catch (error) {
-        if (!(error instanceof ApiError) || error.status !== 404) throw error;
-        detail = null;
-        $('key-missing').hidden = false;
-        $('key-quarantine').hidden = true;
-        $('key-body').hidden = true;
-        setText('key-summary', '');
-      }
+    const [overview, workers, queues] = await Promise.all([getJson('/api/keys'), getJson('/api/workers'), getJson('/api/queues'), readDeadJobs()]);
+    state.keys = overview.keys;
+    state.totals = overview.totals;
+    state.warnings = overview.warnings;
+    state.workers = workers.workers;
+    state.queues = queues.queues;
+    if (view !== null) {
+      const read = await readView(view);
+      if (state.view === view) state.loaded = { view, data: read };
     }
-    setText('status', `updated ${new Date().toLocaleTimeString()}`);
-    $('status').classList.remove('stale');
+    state.updatedAt = Date.now();
+    state.failure = null;
   } catch (error) {
-    setText('status', `cannot refresh: ${error.message}`);
-    $('status').classList.add('stale');
+    state.failure = error;
   }
+  renderAll();
 };
 
-const showKey = () => {
-  state.key = keyOfHash();
-  detail = null;
-  const view = $('key-view');
-  view.hidden = state.key === null;
-  if (state.key !== null) {
-    setText('key-title', state.key);
-    setText('key-summary', 'loading…');
-    for (const id of ['holders-body', 'parked-body', 'scheduled-body', 'handoffs']) $(id).replaceChildren();
-    view.scrollIntoView({ block: 'start' });
+const viewOfHash = () => {
+  const params = new URLSearchParams(location.hash.slice(1));
+  for (const kind of ['key', 'job']) {
+    const id = params.get(kind);
+    if (id !== null && id !== '') return { kind, id };
   }
-  return refresh();
+  return null;
+};
+
+/** Shows the view the hash names (a link, back/forward, a URL opened in a new tab), in view once read. */
+const showView = async () => {
+  state.view = viewOfHash();
+  state.loaded = null;
+  renderAll();
+  await refresh();
+  if (state.view !== null) $(`${state.view.kind}-view`).scrollIntoView({ block: 'start' });
 };
 
 let timer;
@@ -479,7 +564,28 @@ const loop = async () => {
   timer = setTimeout(loop, REFRESH_MS);
 };
 
+/** The page's own texts: elements and attributes that name a catalogue key. */
+const applyStatic = () => {
+  document.documentElement.lang = tr.lang;
+  for (const node of document.querySelectorAll('[data-i18n]')) node.textContent = t(node.dataset.i18n);
+  for (const node of document.querySelectorAll('[data-i18n-placeholder]')) node.placeholder = t(node.dataset.i18nPlaceholder);
+  for (const node of document.querySelectorAll('[data-i18n-label]')) node.setAttribute('aria-label', t(node.dataset.i18nLabel));
+  $('token-text').replaceChildren(
+    ...tr.parts('token.text', { named: el('code', {}, 'JOBLEDGER_TOKENS'), env: el('code', {}, 'JOBLEDGER_TOKEN'), command: el('code', {}, 'jobledger serve') }),
+  );
+  $('language').value = tr.lang;
+};
+
+const setLanguage = (lang) => {
+  useLanguage(lang);
+  applyStatic();
+  repaintToasts();
+  renderAll();
+};
+
 const wire = () => {
+  $('language').replaceChildren(...Object.entries(LANGUAGES).map(([code, name]) => el('option', { value: code, lang: code }, name)));
+  $('language').addEventListener('change', (e) => setLanguage(e.target.value));
   for (const th of document.querySelectorAll('#keys-table th[data-sort]')) {
     th.querySelector('button').addEventListener('click', () => {
       const by = th.dataset.sort;
@@ -496,47 +602,26 @@ const wire = () => {
     renderKeys();
   });
   $('token-button').addEventListener('click', () => askToken());
-  $('release-all').addEventListener('click', () => detail && releaseAll(detail.key, detail.holders));
-  $('discard-all').addEventListener('click', () => detail && discard(detail.key, null));
+  const detail = () => (state.view?.kind === 'key' ? (loadedData()?.data ?? null) : null);
+  $('release-all').addEventListener('click', () => detail() && releaseAll(detail().key, detail().holders));
+  $('discard-all').addEventListener('click', () => detail() && discardAll(detail().key, detail().parked));
   $('limit-form').addEventListener('submit', (e) => {
     e.preventDefault();
-    if (!detail) return;
-    const key = detail.key;
-    const limit = Number($('limit-input').value);
-    const current = Number($('limit-input').dataset.current);
-    act(
-      {
-        title: `Change the limit of “${key}” from ${current} to ${limit}?`,
-        text:
-          limit > current
-            ? `Up to ${limit - current} parked job${limit - current === 1 ? '' : 's'} can be promoted at once.`
-            : 'Jobs holding slots keep them; no new job of the key starts until fewer than the new limit hold one.',
-        warning: null,
-        confirm: 'Change limit',
-      },
-      () => postJson('/api/keys/limit', { key, limit }),
-      (r) => `Limit of ${key} is now ${r.limit}${r.promoted.length ? `; promoted ${r.promoted.length}` : ''}.`,
-    );
+    if (detail()) changeLimit(detail(), Number($('limit-input').value));
   });
-  $('pause-toggle').addEventListener('click', () => {
-    if (!detail) return;
-    const key = detail.key;
-    const pausing = detail.paused === null;
-    act(
-      pausing
-        ? { title: `Pause “${key}”?`, text: 'No new job of the key starts until it is resumed; jobs holding slots finish, parked jobs keep their order.', warning: null, confirm: 'Pause key' }
-        : { title: `Resume “${key}”?`, text: `Its free slots go to the ${detail.parked.length} parked job${detail.parked.length === 1 ? '' : 's'} at once, in their order.`, warning: null, confirm: 'Resume key' },
-      () => postJson(pausing ? '/api/keys/pause' : '/api/keys/resume', { key }),
-      (r) => (pausing ? `${key} is paused.` : `${key} runs again${r.promoted.length ? `; promoted ${r.promoted.length}` : ''}.`),
-    );
-  });
-  window.addEventListener('hashchange', showKey);
+  $('pause-toggle').addEventListener('click', () => detail() && togglePause(detail()));
+  wireWorkers(renderAll);
+  wireDeadJobs(refresh);
+  wireJobView(refresh);
+  window.addEventListener('hashchange', showView);
   document.addEventListener('visibilitychange', () => {
     if (!document.hidden) loop();
   });
 };
 
+refreshWith(() => refresh());
 wire();
-showKey().then(() => {
+applyStatic();
+showView().then(() => {
   timer = setTimeout(loop, REFRESH_MS);
 });

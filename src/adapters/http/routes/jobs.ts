@@ -1,13 +1,18 @@
 import type { FastifyInstance } from 'fastify';
 import * as t from 'io-ts';
+import type { DeadJobsInput } from '../../../commands/dead-jobs.js';
 import type { EnqueueInput } from '../../../commands/enqueue.js';
-import { Actor, JobId, Key, Text } from '../../../domain/values.js';
-import { JobStatus } from '../../postgres/queries/list-jobs.js';
+import { Actor, JobId, Key, Name, QueueName, Text } from '../../../domain/values.js';
+import { JobStatusFilter } from '../../postgres/queries/list-jobs.js';
 import type { Ledger } from '../../ledger.js';
 import { closedObject, decodeInput, IntegerString, operator, VIA } from '../input.js';
 
-const JobsQuery = closedObject({}, { key: Key, status: JobStatus, limit: IntegerString, cursor: Text });
+const JobsQuery = closedObject({}, { key: Key, name: Name, queue: QueueName, status: JobStatusFilter, limit: IntegerString, cursor: Text });
 const CancelBody = closedObject({ jobId: JobId }, { by: Actor });
+/** The jobs are checked by the ledger (ids, one of jobIds or key), which names the field at fault. */
+const DeadJobsBody = closedObject({}, { jobIds: t.unknown, key: t.unknown, by: Actor });
+const JobQuery = closedObject({ jobId: JobId }, {});
+const ExplainQuery = closedObject({ jobId: JobId }, { at: Text });
 
 /**
  * The enqueue body's fields: EnqueueInput's, checked by the ledger's own io-ts codec
@@ -32,6 +37,34 @@ const ENQUEUE_FIELDS: Record<keyof EnqueueInput, true> = {
 };
 const EnqueueBody = closedObject({}, { ...Object.fromEntries(Object.keys(ENQUEUE_FIELDS).map((f) => [f, t.unknown])), by: Actor });
 
+// The JSON each route answers with (errors: { error, field? } with 400 for bad input, 404 for an
+// unknown job or key, 409 for a refusal; see server.ts):
+//
+// GET /api/jobs?key&name&queue&status&limit&cursor -> { jobs: JobRow[], nextCursor: string | null }
+//   status: pending | scheduled | parked | holding | running | completed | dead | cancelled |
+//   discarded, or failed (last attempt failed, waiting for its retry: scheduled with an attempt
+//   used). JobRow: { jobId, key (null: no key), name, queue, status, attempts, maxAttempts,
+//   priority, enqueuedAt, runAt, startedAt, finishedAt (epoch ms or null), lastError,
+//   finishReason (JobDead's reason for a dead job), workerId }. Newest first.
+// POST /api/jobs/retry { jobIds: string[] } or { key }, by? -> { retried: [{ jobId, status: 'acquired' | 'parked' }] }
+//   Each dead job runs again with a fresh set of attempts, admitted like an arrival; { key }: every
+//   dead job of the key (at most 1000). All or nothing: one job that is not dead is a 409 naming
+//   it, and nothing is written.
+// POST /api/jobs/discard-dead { jobIds } or { key }, by? -> { discarded: string[] }
+//   Dead jobs off the failed list for good (status discarded, finishReason "dead, then discarded by …").
+// GET /api/jobs/explain?jobId&at -> Explanation (src/domain/explain.ts): at is an ISO-8601 time
+//   or epoch ms (default now). { jobId, key, asOf, status (unknown | scheduled | parked | holding |
+//   running | completed | dead | cancelled | discarded | rejected | replaced), attempts,
+//   maxAttempts (null once finished), limits: [{ key, own, limit, holding, paused: { by, reason,
+//   since } | null, blocking, place: { n, of } | null, ahead: jobId[], holders: [{ jobId, home,
+//   lease: { leaseId, state: running | unstarted | expired | home, heldSince, workerId, startedAt,
+//   expiresAt } }] }], schedule: { runAt, due, why } | null, holding: { lease, how: acquired |
+//   promoted, waitedMs } | null, ended: { at, reason, by, lastError } | null, waits: [{ kind:
+//   parked, from, until, ms, on: [{ key, why: full | paused }] } | { kind: scheduled, from, until,
+//   ms, runAt, why }], waited: { parkedMs, scheduledMs } }. Times are epoch ms.
+// GET /api/jobs/history?jobId -> { jobId, key, stream, events: [{ stream, revision, type, at, by,
+//   via, workerId, why, inWords, data }] }: every event of the job on its key and its limit keys,
+//   in the ledger's order.
 export const registerJobRoutes = (app: FastifyInstance, ledger: Ledger): void => {
   /** Newest first; `cursor` is the previous page's nextCursor. */
   app.get('/api/jobs', async (request) => ledger.jobs(decodeInput(JobsQuery, request.query, '(query)')));
@@ -46,4 +79,21 @@ export const registerJobRoutes = (app: FastifyInstance, ledger: Ledger): void =>
     const body = decodeInput(CancelBody, request.body, '(body)');
     return ledger.cancel({ jobId: body.jobId, by: operator(request, body.by) }, VIA);
   });
+
+  app.post('/api/jobs/retry', async (request) => {
+    const { by, ...jobs } = decodeInput(DeadJobsBody, request.body, '(body)');
+    return ledger.retry({ ...jobs, by: operator(request, by) } as DeadJobsInput, VIA);
+  });
+
+  app.post('/api/jobs/discard-dead', async (request) => {
+    const { by, ...jobs } = decodeInput(DeadJobsBody, request.body, '(body)');
+    return ledger.discardDead({ ...jobs, by: operator(request, by) } as DeadJobsInput, VIA);
+  });
+
+  app.get('/api/jobs/explain', async (request) => {
+    const { jobId, at } = decodeInput(ExplainQuery, request.query, '(query)');
+    return ledger.explain({ jobId, ...(at === undefined ? {} : { at }) });
+  });
+
+  app.get('/api/jobs/history', async (request) => ledger.jobHistory(decodeInput(JobQuery, request.query, '(query)')));
 };

@@ -2,11 +2,19 @@ import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 
 // The dashboard: static files shipped in the package (src/adapters/http/page, copied next to the
-// built server by `npm run build`), read once at start. Nothing is fetched from elsewhere.
+// built server by `npm run build`), read once at start. Nothing is fetched from elsewhere. app.js
+// imports the page's sections (workers.js, dead-jobs.js, job-view.js), what they render with
+// (ui.js), the string catalogue (i18n.js) and its formatting (format.js) as modules of their own.
 
 const ASSETS = {
   '/': ['index.html', 'text/html; charset=utf-8'],
   '/app.js': ['app.js', 'text/javascript; charset=utf-8'],
+  '/ui.js': ['ui.js', 'text/javascript; charset=utf-8'],
+  '/workers.js': ['workers.js', 'text/javascript; charset=utf-8'],
+  '/dead-jobs.js': ['dead-jobs.js', 'text/javascript; charset=utf-8'],
+  '/job-view.js': ['job-view.js', 'text/javascript; charset=utf-8'],
+  '/format.js': ['format.js', 'text/javascript; charset=utf-8'],
+  '/i18n.js': ['i18n.js', 'text/javascript; charset=utf-8'],
   '/app.css': ['app.css', 'text/css; charset=utf-8'],
 } as const;
 

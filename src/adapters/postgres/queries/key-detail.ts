@@ -1,7 +1,7 @@
 import { KEY_STREAM_PREFIX, keyStream } from '../../../domain/streams.js';
 import { Key, checkField } from '../../../domain/values.js';
 import type { Queryable } from '../../../projections/runner.js';
-import { leaseStateOf } from './list-keys.js';
+import { holderState, paramTime, type HolderState } from './holder-state.js';
 import { pauseJson, toPause, type KeyPause } from './pause.js';
 import { quarantineJson, toQuarantine, type KeyQuarantine } from './quarantine.js';
 import { epochMs, toMs } from './sql.js';
@@ -17,8 +17,17 @@ export interface Holder {
   readonly workerId: string | null;
   readonly startedAt: number | null;
   readonly attempt: number | null;
-  /** unstarted: admitted, no worker has started it (no expiry); expired: its lease ran out by now (not yet reclaimed); live otherwise. */
-  readonly leaseState: 'live' | 'expired' | 'unstarted';
+  /** What it is doing (see HolderState): running on workerId, admitted and not started since acquiredAt, its lease expired, or its worker gone. */
+  readonly state: HolderState;
+  /**
+   * The state in the words the page used before `state`: live (= running; never said of a holder
+   * whose worker is gone), unstarted, expired, worker-gone. Kept for readers of the old field.
+   */
+  readonly leaseState: 'live' | 'expired' | 'unstarted' | 'worker-gone';
+  /** When the lease was last renewed (or started: the first expiry counts from the start); null until started. */
+  readonly renewedAt: number | null;
+  /** The last heartbeat of its worker (workers.last_seen); null until started, and for a worker that never announced itself. */
+  readonly workerLastSeen: number | null;
   /**
    * For a guest (a job of another stream under this key's limit): the key of its home, or its own
    * stream (job:<jobId>) for a job without a key; null for the key's own jobs. A guest's lease,
@@ -115,7 +124,11 @@ SELECT k.key,
                   'jobId', h.job_id, 'name', j.name, 'leaseId', h.lease_id, 'how', h.how,
                   'acquiredAt', ${epochMs('h.acquired_at')}, 'expiresAt', ${epochMs('h.expires_at')},
                   'workerId', h.worker_id, 'startedAt', ${epochMs('h.started_at')}, 'attempt', h.attempt,
-                  'home', ${homeKey('h.home')}, 'limits', coalesce(j.limits, '{}'))
+                  'home', ${homeKey('h.home')}, 'limits', coalesce(j.limits, '{}'),
+                  'state', ${holderState('h', 'w', paramTime(2))},
+                  -- A start and each renewal set the expiry a lease length ahead.
+                  'renewedAt', ${epochMs(`h.expires_at - j.lease_ms * interval '1 millisecond'`)},
+                  'workerLastSeen', ${epochMs('w.last_seen')})
                 ORDER BY h.acquired_at, h.job_id)
          FROM (
            SELECT s.job_id, s.lease_id, s.how, s.acquired_at, s.expires_at, s.worker_id, s.started_at, s.attempt, NULL::text AS home
@@ -125,7 +138,7 @@ SELECT k.key,
            SELECT g.job_id, g.lease_id, s.how, g.since, s.expires_at, s.worker_id, s.started_at, s.attempt, g.home
            FROM jl_limit_jobs g JOIN jl_slots s ON s.job_id = g.job_id
            WHERE g.stream = k.stream AND g.status = 'holding'
-         ) h JOIN jl_jobs j USING (job_id)), '[]') AS holders,
+         ) h JOIN jl_jobs j USING (job_id) LEFT JOIN workers w ON w.id = h.worker_id), '[]') AS holders,
        coalesce((
          SELECT json_agg(json_build_object(
                   'jobId', p.job_id, 'name', j.name, 'priority', p.priority, 'parkedAt', ${epochMs('p.parked_at')},
@@ -153,19 +166,28 @@ interface Row {
   paused: KeyPause | null;
 }
 
-/** One key's holders, parked and scheduled jobs; null for a key never seen. Throws ValidationError('key') on a bad key. */
+/**
+ * One key's holders (each with its state), parked and scheduled jobs; null for a key never seen.
+ * Leases are judged expired on `now`, the ledger's clock (as in listKeys). Throws
+ * ValidationError('key') on a bad key.
+ */
 export const keyDetail = async (db: Queryable, key: string, now: number): Promise<KeyDetail | null> => {
-  const { rows } = await db.query<Row>(SQL, [keyStream(checkField('key', Key, key))]);
+  const { rows } = await db.query<Row>(SQL, [keyStream(checkField('key', Key, key)), now]);
   const row = rows[0];
   if (row === undefined) return null;
   return {
     key: row.key,
     limit: row.limit,
     leaseMs: row.leaseMs,
-    holders: row.holders.map((h) => {
-      const expiresAt = toMs(h.expiresAt);
-      return { ...h, acquiredAt: toMs(h.acquiredAt), expiresAt, startedAt: toMs(h.startedAt), leaseState: expiresAt === null ? 'unstarted' : leaseStateOf(expiresAt, 1, now) === 'expired' ? 'expired' : 'live' };
-    }),
+    holders: row.holders.map((h) => ({
+      ...h,
+      acquiredAt: toMs(h.acquiredAt),
+      expiresAt: toMs(h.expiresAt),
+      startedAt: toMs(h.startedAt),
+      renewedAt: toMs(h.renewedAt),
+      workerLastSeen: toMs(h.workerLastSeen),
+      leaseState: h.state === 'running' ? 'live' : h.state,
+    })),
     parked: row.parked.map((p) => ({ ...p, parkedAt: toMs(p.parkedAt) })),
     scheduled: row.scheduled.map((s) => ({ ...s, runAt: toMs(s.runAt) })),
     quarantine: toQuarantine(row.quarantine),

@@ -1,7 +1,21 @@
 import type { Queryable } from '../../../projections/runner.js';
+import { HOLDER_STATES, holderState, type HolderState } from './holder-state.js';
+import { workerLive } from './workers.js';
 
 // The figures a monitoring system scrapes (GET /metrics), read in one statement from the read
-// models, the queue tables and the projections' checkpoints. Ages are on the database's clock.
+// models, the workers' presence, the projections' checkpoints and the catalog. Ages are on the
+// database's clock. Bounded: nothing here grows with the number of keys (the keys named are the
+// TOP_KEYS first of each ranking), so a scrape stays one series set whatever the ledger holds.
+
+/** How many keys each ranking names (the keys with the most parked jobs, and with the longest wait). */
+export const TOP_KEYS = 10;
+
+export interface RankedKey {
+  readonly key: string;
+  readonly parked: number;
+  /** How long its longest-parked job has waited. */
+  readonly oldestParkedSeconds: number;
+}
 
 export interface ProjectionLag {
   readonly projection: string;
@@ -32,12 +46,63 @@ export interface LedgerMetrics {
   /** How long the longest-parked job has waited (0 when nothing is parked). */
   readonly oldestParkedSeconds: number;
   readonly jobsByStatus: Readonly<Record<string, number>>;
-  /** Every dispatch queue ever sent to. */
-  readonly queues: readonly string[];
+  /** Holders (at their homes, as slotsHeld) by state; every state present, 0 included. */
+  readonly holdersByState: Readonly<Record<HolderState, number>>;
+  readonly workersLive: number;
+  /** Workers seen within the last day and gone now (stopped, or silent for 3 heartbeats). */
+  readonly workersGone: number;
+  /** The TOP_KEYS keys with the most parked jobs (own and guests), most first. */
+  readonly topParked: readonly RankedKey[];
+  /** The TOP_KEYS keys whose longest-parked job has waited longest, longest first. */
+  readonly topWaiting: readonly RankedKey[];
+  /**
+   * Rows of the events table, estimated from the catalog (pg_class.reltuples scaled to the
+   * table's current pages, as the planner does): a count(*) of the ledger would read all of it.
+   * Exact (counted) while the table was never analyzed, which only a young, small table is.
+   */
+  readonly ledgerEvents: number;
+  /** Bytes of the events table with its indexes and TOAST (pg_total_relation_size). */
+  readonly ledgerBytes: number;
+  /** The same two figures of events_archive: events of jobs `jobledger archive` moved out of the live table. */
+  readonly archivedEvents: number;
+  readonly archivedBytes: number;
   readonly projectionLag: readonly ProjectionLag[];
 }
 
+/** A table's rows as the planner estimates them, counted while it was never analyzed (only a young, small table is). */
+const estimatedRows = (table: 'events' | 'events_archive'): string => `
+  (SELECT CASE WHEN c.reltuples >= 0 AND c.relpages > 0
+               THEN round(c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::int))
+               ELSE (SELECT count(*) FROM ${table}) END::float8
+   FROM pg_class c WHERE c.oid = '${table}'::regclass)`;
+
+export interface LedgerSize {
+  /** Rows of the live table (events) and of events_archive, estimated as in LedgerMetrics. */
+  readonly events: number;
+  readonly archivedEvents: number;
+  /** Bytes of each, with indexes and TOAST. */
+  readonly bytes: number;
+  readonly archivedBytes: number;
+}
+
+/** The ledger's size alone (the overview's card): the catalog's figures, no scan. */
+export const readLedgerSize = async (db: Queryable): Promise<LedgerSize> =>
+  (
+    await db.query<LedgerSize>(`SELECT ${estimatedRows('events')} AS events, ${estimatedRows('events_archive')} AS "archivedEvents",
+      pg_total_relation_size('events')::float8 AS bytes, pg_total_relation_size('events_archive')::float8 AS "archivedBytes"`)
+  ).rows[0]!;
+
+// The parked jobs of each key, own and guests (the count jl_key_stats.parked gives), from the
+// parked rows alone: ranking through jl_key_stats would count every key's slots and jobs too.
 const SQL = /* sql */ `
+WITH waiting AS MATERIALIZED (
+  SELECT k.key, count(*)::int AS parked, extract(epoch FROM statement_timestamp() - min(w.since))::float8 AS "oldestParkedSeconds"
+  FROM (SELECT stream, parked_at AS since FROM jl_parked
+        UNION ALL
+        SELECT stream, since FROM jl_limit_jobs WHERE status = 'parked') w
+  JOIN jl_keys k USING (stream)
+  GROUP BY k.key
+)
 SELECT
   (SELECT count(*) FROM jl_keys)::int AS keys,
   (SELECT count(*) FROM jl_key_stats WHERE in_use >= concurrency_limit)::int AS keys_at_limit,
@@ -50,7 +115,17 @@ SELECT
   guests.holding AS guests_holding,
   guests.parked AS guests_parked,
   (SELECT coalesce(jsonb_object_agg(status, n), '{}') FROM (SELECT status, count(*)::int AS n FROM jl_jobs GROUP BY status) s) AS jobs_by_status,
-  (SELECT coalesce(array_agg(name ORDER BY name), '{}') FROM queues) AS queues,
+  (SELECT coalesce(jsonb_object_agg(state, n), '{}') FROM (
+     SELECT ${holderState('s', 'w', 'statement_timestamp()')} AS state, count(*)::int AS n
+     FROM jl_slots s LEFT JOIN workers w ON w.id = s.worker_id GROUP BY 1) h) AS holders_by_state,
+  (SELECT count(*) FILTER (WHERE ${workerLive('w')})::int FROM workers w) AS workers_live,
+  (SELECT count(*) FILTER (WHERE NOT ${workerLive('w')})::int FROM workers w) AS workers_gone,
+  (SELECT coalesce(jsonb_agg(r ORDER BY r.parked DESC, r.key), '[]') FROM (SELECT * FROM waiting ORDER BY parked DESC, key LIMIT ${TOP_KEYS}) r) AS top_parked,
+  (SELECT coalesce(jsonb_agg(r ORDER BY r."oldestParkedSeconds" DESC, r.key), '[]') FROM (SELECT * FROM waiting ORDER BY "oldestParkedSeconds" DESC, key LIMIT ${TOP_KEYS}) r) AS top_waiting,
+  ${estimatedRows('events')} AS ledger_events,
+  pg_total_relation_size('events')::float8 AS ledger_bytes,
+  ${estimatedRows('events_archive')} AS archived_events,
+  pg_total_relation_size('events_archive')::float8 AS archived_bytes,
   (SELECT coalesce(jsonb_agg(jsonb_build_object('projection', p.name, 'events', lag.events, 'seconds', lag.seconds) ORDER BY p.name), '[]')
    FROM unnest($1::text[]) AS p (name)
    LEFT JOIN projection_checkpoints c ON c.projection = p.name
@@ -74,7 +149,15 @@ interface Row {
   guests_parked: number;
   oldest_parked_seconds: number;
   jobs_by_status: Record<string, number>;
-  queues: string[];
+  holders_by_state: Partial<Record<HolderState, number>>;
+  workers_live: number;
+  workers_gone: number;
+  top_parked: RankedKey[];
+  top_waiting: RankedKey[];
+  ledger_events: number;
+  ledger_bytes: number;
+  archived_events: number;
+  archived_bytes: number;
   projection_lag: ProjectionLag[];
 }
 
@@ -98,7 +181,15 @@ export const readLedgerMetrics = async (db: Queryable, asyncProjections: readonl
     guestsParked: r.guests_parked,
     oldestParkedSeconds: r.oldest_parked_seconds,
     jobsByStatus: r.jobs_by_status,
-    queues: r.queues,
+    holdersByState: Object.fromEntries(HOLDER_STATES.map((state) => [state, r.holders_by_state[state] ?? 0])) as Record<HolderState, number>,
+    workersLive: r.workers_live,
+    workersGone: r.workers_gone,
+    topParked: r.top_parked,
+    topWaiting: r.top_waiting,
+    ledgerEvents: r.ledger_events,
+    ledgerBytes: r.ledger_bytes,
+    archivedEvents: r.archived_events,
+    archivedBytes: r.archived_bytes,
     projectionLag: r.projection_lag,
   };
 };

@@ -1,5 +1,5 @@
 import * as t from 'io-ts';
-import { JobId, Key, ValidationError, checkField, refine } from '../../../domain/values.js';
+import { JobId, Key, Name, QueueName, ValidationError, checkField, refine } from '../../../domain/values.js';
 import type { Queryable } from '../../../projections/runner.js';
 import { epochMs, toMs } from './sql.js';
 
@@ -17,9 +17,20 @@ export const JobStatus = t.keyof({
 });
 export type JobStatus = t.TypeOf<typeof JobStatus>;
 
+/**
+ * What the listing filters on: a status, or `failed`: jobs whose last attempt failed (or whose
+ * worker went silent) and that wait for their retry, holding no slot (scheduled, with an attempt
+ * used). Dead jobs are `dead`.
+ */
+export const JobStatusFilter = t.union([JobStatus, t.literal('failed')], 'JobStatusFilter');
+export type JobStatusFilter = t.TypeOf<typeof JobStatusFilter>;
+
 export interface JobFilter {
   readonly key?: string;
-  readonly status?: JobStatus;
+  /** The handler name. */
+  readonly name?: string;
+  readonly queue?: string;
+  readonly status?: JobStatusFilter;
   /** Page size, 1 to 1000 (default 50). */
   readonly limit?: number;
   /** The nextCursor of the page before. */
@@ -81,8 +92,8 @@ const COLUMNS = /* sql */ `
   ${epochMs('finished_at')} AS "finishedAt", last_error AS "lastError", finish_reason AS "finishReason", worker_id AS "workerId"`;
 
 /**
- * Jobs from jl_jobs, newest first (enqueued_at, then job_id, descending), filtered by key and
- * status, a page at a time with a keyset cursor: a page is the same however many jobs are
+ * Jobs from jl_jobs, newest first (enqueued_at, then job_id, descending), filtered by key, name,
+ * queue and status (or `failed`), a page at a time with a keyset cursor: a page is the same however many jobs are
  * enqueued meanwhile. Throws ValidationError naming the field of a bad filter.
  */
 export const listJobs = async (db: Queryable, filter: JobFilter = {}): Promise<JobPage> => {
@@ -92,7 +103,13 @@ export const listJobs = async (db: Queryable, filter: JobFilter = {}): Promise<J
   const param = (value: unknown): string => `$${values.push(value)}`;
   // jl_jobs_key_recent walks one key's jobs newest first.
   if (filter.key !== undefined) where.push(`key = ${param(checkField('key', Key, filter.key))}`);
-  if (filter.status !== undefined) where.push(`status = ${param(checkField('status', JobStatus, filter.status))}`);
+  if (filter.name !== undefined) where.push(`name = ${param(checkField('name', Name, filter.name))}`);
+  if (filter.queue !== undefined) where.push(`queue = ${param(checkField('queue', QueueName, filter.queue))}`);
+  if (filter.status !== undefined) {
+    const status = checkField('status', JobStatusFilter, filter.status);
+    // run_at is set exactly while a job is scheduled (jl_jobs_due): a failed one has used an attempt.
+    where.push(status === 'failed' ? 'run_at IS NOT NULL AND attempts > 0' : `status = ${param(status)}`);
+  }
   if (filter.cursor !== undefined) {
     const [enqueuedAt, jobId] = decodeCursor(filter.cursor);
     // The same conversion the projection stored enqueued_at with, so the row the cursor names compares equal.

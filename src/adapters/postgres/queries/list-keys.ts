@@ -1,9 +1,23 @@
 import type { Queryable } from '../../../projections/runner.js';
+import { holderState, paramTime } from './holder-state.js';
 import { quarantineJson, toQuarantine, type KeyQuarantine } from './quarantine.js';
 import { pauseJson, toPause, type KeyPause } from './pause.js';
 import { epochMs, toMs } from './sql.js';
 
-export type LeaseState = 'live' | 'expired' | 'unstarted' | 'none';
+/** A key's holders by state (see HolderState), its own and its guests. */
+export interface HolderCounts {
+  readonly running: number;
+  readonly unstarted: number;
+  readonly expired: number;
+  readonly workerGone: number;
+}
+
+/**
+ * The worst state among a key's holders, worst first: expired, worker-gone, unstarted, live (every
+ * holder running on a live worker), none (no holder). `live` is never said of a key with a
+ * holder nobody runs.
+ */
+export type LeaseState = 'expired' | 'worker-gone' | 'unstarted' | 'live' | 'none';
 
 export interface KeyRow {
   readonly key: string;
@@ -15,12 +29,11 @@ export interface KeyRow {
   readonly scheduled: number;
   readonly oldestParkedAt: number | null;
   readonly nextLeaseExpiry: number | null;
-  /**
-   * none: no holder; unstarted: holders, none started by a worker yet (an admission holds its slot
-   * without expiry until a worker reads it); expired: some started holder's lease ran out by now
-   * (the sweeper has not reclaimed it yet); live otherwise.
-   */
   readonly leaseState: LeaseState;
+  /** The holders of inUse by state. */
+  readonly holderStates: HolderCounts;
+  /** When the longest-waiting unstarted holder was admitted; null when every holder is started. */
+  readonly oldestUnstartedAt: number | null;
   /** inUse >= limit: a new job of the key would park. */
   readonly atLimit: boolean;
   /** Non-null while an event of the key's stream does not decode: its commands are refused and its jobs wait (see KeyQuarantine). */
@@ -29,41 +42,60 @@ export interface KeyRow {
   readonly paused: KeyPause | null;
 }
 
+// $1: now (epoch ms, the ledger's clock). A guest holds under its home's slot: its state is that slot's.
 const SQL = /* sql */ `
-SELECT key,
-       concurrency_limit AS "limit",
-       in_use AS "inUse",
-       parked,
-       scheduled,
-       ${epochMs('oldest_parked_at')} AS "oldestParkedAt",
-       ${epochMs('next_lease_expiry')} AS "nextLeaseExpiry",
-       ${quarantineJson('jl_key_stats.stream')} AS quarantine,
-       ${pauseJson('jl_key_stats')} AS paused
-FROM jl_key_stats
-ORDER BY key`;
+WITH holders AS (
+  SELECT s.stream, s.worker_id, s.expires_at, s.acquired_at FROM jl_slots s
+  UNION ALL
+  SELECT g.stream, s.worker_id, s.expires_at, s.acquired_at FROM jl_limit_jobs g JOIN jl_slots s ON s.job_id = g.job_id WHERE g.status = 'holding'
+),
+states AS (
+  SELECT h.stream, h.acquired_at, ${holderState('h', 'w', paramTime(1))} AS state
+  FROM holders h LEFT JOIN workers w ON w.id = h.worker_id
+),
+counts AS (
+  SELECT stream,
+         count(*) FILTER (WHERE state = 'running')::int AS running,
+         count(*) FILTER (WHERE state = 'unstarted')::int AS unstarted,
+         count(*) FILTER (WHERE state = 'expired')::int AS expired,
+         count(*) FILTER (WHERE state = 'worker-gone')::int AS worker_gone,
+         min(acquired_at) FILTER (WHERE state = 'unstarted') AS oldest_unstarted_at
+  FROM states GROUP BY stream
+)
+SELECT ks.key,
+       ks.concurrency_limit AS "limit",
+       ks.in_use AS "inUse",
+       ks.parked,
+       ks.scheduled,
+       ${epochMs('ks.oldest_parked_at')} AS "oldestParkedAt",
+       ${epochMs('ks.next_lease_expiry')} AS "nextLeaseExpiry",
+       json_build_object('running', coalesce(c.running, 0), 'unstarted', coalesce(c.unstarted, 0), 'expired', coalesce(c.expired, 0), 'workerGone', coalesce(c.worker_gone, 0)) AS "holderStates",
+       ${epochMs('c.oldest_unstarted_at')} AS "oldestUnstartedAt",
+       ${quarantineJson('ks.stream')} AS quarantine,
+       ${pauseJson('ks')} AS paused
+FROM jl_key_stats ks LEFT JOIN counts c ON c.stream = ks.stream
+ORDER BY ks.key`;
 
 type Row = Omit<KeyRow, 'leaseState' | 'atLimit' | 'quarantine'> & { readonly quarantine: Parameters<typeof toQuarantine>[0] };
 
+export const leaseStateOf = (c: HolderCounts): LeaseState =>
+  c.expired > 0 ? 'expired' : c.workerGone > 0 ? 'worker-gone' : c.unstarted > 0 ? 'unstarted' : c.running > 0 ? 'live' : 'none';
+
 /**
- * Compares the nearest expiry with `now` from the ledger's clock, not the database's: the sweeper
+ * Every concurrency key with its limit, use, holders by state and waits (jl_key_stats), ordered
+ * by key. Leases are judged expired on `now`, the ledger's clock, not the database's: the sweeper
  * decides expiry on that clock, so a lease shown expired is one the sweeper will reclaim.
  */
-export const leaseStateOf = (nextLeaseExpiry: number | null, holders: number, now: number): LeaseState =>
-  nextLeaseExpiry === null ? (holders > 0 ? 'unstarted' : 'none') : nextLeaseExpiry <= now ? 'expired' : 'live';
-
-/** Every concurrency key with its limit, use and waits (jl_key_stats), ordered by key. */
 export const listKeys = async (db: Queryable, now: number): Promise<KeyRow[]> => {
-  const { rows } = await db.query<Row>(SQL);
-  return rows.map((r) => {
-    const nextLeaseExpiry = toMs(r.nextLeaseExpiry);
-    return {
-      ...r,
-      oldestParkedAt: toMs(r.oldestParkedAt),
-      nextLeaseExpiry,
-      leaseState: leaseStateOf(nextLeaseExpiry, r.inUse, now),
-      atLimit: r.inUse >= r.limit,
-      quarantine: toQuarantine(r.quarantine),
-      paused: toPause(r.paused),
-    };
-  });
+  const { rows } = await db.query<Row>(SQL, [now]);
+  return rows.map((r) => ({
+    ...r,
+    oldestParkedAt: toMs(r.oldestParkedAt),
+    nextLeaseExpiry: toMs(r.nextLeaseExpiry),
+    oldestUnstartedAt: toMs(r.oldestUnstartedAt),
+    leaseState: leaseStateOf(r.holderStates),
+    atLimit: r.inUse >= r.limit,
+    quarantine: toQuarantine(r.quarantine),
+    paused: toPause(r.paused),
+  }));
 };

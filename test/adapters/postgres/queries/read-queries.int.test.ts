@@ -1,9 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JobRow } from '../../../../src/adapters/postgres/queries/list-jobs.js';
+import { Presence } from '../../../../src/adapters/worker/presence.js';
+import { silentLogger } from '../../../../src/domain/ports/logger.js';
+import { noOutages } from '../../../../src/domain/ports/outages.js';
 import { ValidationError } from '../../../../src/domain/values.js';
 import { SEC, T0, openScriptedLedger, type ScriptedLedger } from '../../../support/ledger.js';
 
 // keys(), keyDetail() and jobs() over the read models a scripted run left, with the ledger's clock.
+
+/** worker-z's presence row, as its worker would write it; stop() leaves it gone. */
+const presenceOf = (id: string) => new Presence(s.db.pool, noOutages, silentLogger, { id, queue: 'default', concurrency: 1, intervalMs: 60_000 }, () => 1);
 
 let s: ScriptedLedger;
 
@@ -41,14 +47,21 @@ afterAll(async () => {
 describe('keys()', () => {
   it('every key with limit, use, waits and lease state by the ledger clock', async () => {
     s.at(T0 + 6 * SEC);
+    const none = { running: 0, unstarted: 0, expired: 0, workerGone: 0 };
     expect(await s.ledger.keys()).toEqual([
       // b2 and b4 hold their slots unstarted: no expiry (issue 9: a backlog nobody has read costs nothing).
-      { key: 'busy', limit: 2, inUse: 2, parked: 2, scheduled: 1, oldestParkedAt: T0 + SEC, nextLeaseExpiry: null, leaseState: 'unstarted', atLimit: true, quarantine: null, paused: null },
-      { key: 'idle', limit: 1, inUse: 0, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'none', atLimit: false, quarantine: null, paused: null },
-      { key: 'stale', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: T0 + 7 * SEC, leaseState: 'live', atLimit: true, quarantine: null, paused: null },
+      { key: 'busy', limit: 2, inUse: 2, parked: 2, scheduled: 1, oldestParkedAt: T0 + SEC, nextLeaseExpiry: null, leaseState: 'unstarted', holderStates: { ...none, unstarted: 2 }, oldestUnstartedAt: T0, atLimit: true, quarantine: null, paused: null },
+      { key: 'idle', limit: 1, inUse: 0, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'none', holderStates: none, oldestUnstartedAt: null, atLimit: false, quarantine: null, paused: null },
+      // worker-z never announced itself: its lease is unexpired, but no live worker runs it (issue 12: never "live").
+      { key: 'stale', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: T0 + 7 * SEC, leaseState: 'worker-gone', holderStates: { ...none, workerGone: 1 }, oldestUnstartedAt: null, atLimit: true, quarantine: null, paused: null },
     ]);
+    const presence = presenceOf('worker-z');
+    await presence.start();
+    expect((await s.ledger.keys()).find((k) => k.key === 'stale')).toMatchObject({ leaseState: 'live', holderStates: { ...none, running: 1 } });
+    await presence.stop();
+    expect((await s.ledger.keys()).find((k) => k.key === 'stale')).toMatchObject({ leaseState: 'worker-gone', holderStates: { ...none, workerGone: 1 } });
     s.at(T0 + 7 * SEC);
-    expect((await s.ledger.keys()).find((k) => k.key === 'stale')?.leaseState).toBe('expired');
+    expect((await s.ledger.keys()).find((k) => k.key === 'stale')).toMatchObject({ leaseState: 'expired', holderStates: { ...none, expired: 1 } });
   });
 });
 
@@ -60,8 +73,8 @@ describe('keyDetail()', () => {
       limit: 2,
       leaseMs: 30 * SEC,
       holders: [
-        { jobId: 'b2', name: 'sync', leaseId: 'b2:2', how: 'acquired', acquiredAt: T0, expiresAt: null, workerId: null, startedAt: null, attempt: null, leaseState: 'unstarted', home: null, limits: [] },
-        { jobId: 'b4', name: 'report', leaseId: 'b4:3', how: 'promoted', acquiredAt: T0 + 4 * SEC, expiresAt: null, workerId: null, startedAt: null, attempt: null, leaseState: 'unstarted', home: null, limits: [] },
+        { jobId: 'b2', name: 'sync', leaseId: 'b2:2', how: 'acquired', acquiredAt: T0, expiresAt: null, workerId: null, startedAt: null, attempt: null, state: 'unstarted', leaseState: 'unstarted', renewedAt: null, workerLastSeen: null, home: null, limits: [] },
+        { jobId: 'b4', name: 'report', leaseId: 'b4:3', how: 'promoted', acquiredAt: T0 + 4 * SEC, expiresAt: null, workerId: null, startedAt: null, attempt: null, state: 'unstarted', leaseState: 'unstarted', renewedAt: null, workerLastSeen: null, home: null, limits: [] },
       ],
       parked: [
         { jobId: 'b5', name: 'sync', priority: 3, parkedAt: T0 + 2 * SEC, home: null, limits: [], waitsOn: [] },
@@ -73,12 +86,16 @@ describe('keyDetail()', () => {
     });
   });
 
-  it('a started holder shows its worker, start, attempt and lease, live then expired by the ledger clock', async () => {
-    const holder = { jobId: 's1', name: 'sync', leaseId: 's1:1', how: 'acquired', acquiredAt: T0 + 5 * SEC, expiresAt: T0 + 7 * SEC, workerId: 'worker-z', startedAt: T0 + 5 * SEC, attempt: 1, home: null, limits: [] };
+  it('a started holder shows its worker, start, attempt, renewal and lease: running while its worker is live, worker gone once it stopped, expired by the ledger clock', async () => {
+    const holder = { jobId: 's1', name: 'sync', leaseId: 's1:1', how: 'acquired', acquiredAt: T0 + 5 * SEC, expiresAt: T0 + 7 * SEC, workerId: 'worker-z', startedAt: T0 + 5 * SEC, attempt: 1, renewedAt: T0 + 5 * SEC, home: null, limits: [] };
     s.at(T0 + 6 * SEC);
-    expect((await s.ledger.keyDetail('stale'))?.holders).toEqual([{ ...holder, leaseState: 'live' }]);
+    const presence = presenceOf('worker-z');
+    await presence.start();
+    expect((await s.ledger.keyDetail('stale'))?.holders).toEqual([{ ...holder, state: 'running', leaseState: 'live', workerLastSeen: expect.any(Number) }]);
+    await presence.stop();
+    expect((await s.ledger.keyDetail('stale'))?.holders).toEqual([{ ...holder, state: 'worker-gone', leaseState: 'worker-gone', workerLastSeen: expect.any(Number) }]);
     s.at(T0 + 7 * SEC);
-    expect((await s.ledger.keyDetail('stale'))?.holders).toEqual([{ ...holder, leaseState: 'expired' }]);
+    expect((await s.ledger.keyDetail('stale'))?.holders).toEqual([{ ...holder, state: 'expired', leaseState: 'expired', workerLastSeen: expect.any(Number) }]);
   });
 
   it('null for a key never seen; a bad key is a ValidationError naming key', async () => {

@@ -1,0 +1,35 @@
+import type { Command } from 'commander';
+import { withLedger, type CommandContext } from '../context.js';
+import { UsageError } from '../errors.js';
+import { print } from '../output.js';
+import { duration } from '../parse.js';
+
+/** `--before`: an ISO-8601 time, or a duration meaning that long ago ("30d"). */
+const cutOf = (value: string, now: number): number => {
+  const at = /^\d+(\.\d+)?\s*[a-z]*$/i.test(value.trim()) ? now - duration('--before')(value) : Date.parse(value);
+  if (Number.isNaN(at)) throw new UsageError(`--before: "${value}" is neither an ISO-8601 time (2026-11-01T00:00:00Z) nor a duration ago (30d)`);
+  if (at > now) throw new UsageError(`--before: ${new Date(at).toISOString()} is in the future; only jobs already finished can be archived`);
+  return at;
+};
+
+const megabytes = (bytes: number): string => `${(bytes / 1_048_576).toFixed(1)} MB`;
+
+export const registerArchive = (program: Command, ctx: CommandContext): void => {
+  program
+    .command('archive')
+    .description(
+      'move the events of jobs that finished before a time out of the live events table into events_archive; ' +
+        "keys' states, state --at, audit and replay --verify read both and answer as before",
+    )
+    .requiredOption('--before <time>', 'jobs finished before this: an ISO-8601 time, or a duration ago (30d, 12h)')
+    .option('--dry-run', 'count what would move; move nothing')
+    .option('--json', 'machine-readable output')
+    .action(async (flags: { before: string; dryRun?: boolean; json?: boolean }) => {
+      const before = cutOf(flags.before, Date.now());
+      const result = await withLedger(ctx, (ledger) => ledger.archive({ before, dryRun: flags.dryRun === true }));
+      print({ json: flags.json === true }, { before: new Date(before).toISOString(), dryRun: flags.dryRun === true, ...result }, () =>
+        `${flags.dryRun ? 'would move' : 'moved'} ${result.events} events of ${result.jobs} jobs finished before ${new Date(before).toISOString()} ` +
+        `(${megabytes(result.bytes)}, ${result.streams} streams) to events_archive; ${result.liveEvents} events ${flags.dryRun ? 'would stay' : 'stay'} live`,
+      );
+    });
+};

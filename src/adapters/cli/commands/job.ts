@@ -1,0 +1,26 @@
+import type { Command } from 'commander';
+import { withLedger, type CommandContext } from '../context.js';
+import { asUsage } from '../errors.js';
+import { print, table, time } from '../output.js';
+
+const FLAG_OF = { jobId: '--job' };
+
+export const registerJob = (program: Command, ctx: CommandContext): void => {
+  program
+    .command('job')
+    .description("a job's own view: its events on its key and on each limit key it is under, in the ledger's order, with who and why")
+    .requiredOption('--job <id>', 'the job')
+    .option('--json', 'machine-readable output')
+    .action(async (flags: { job: string; json?: boolean }) => {
+      const history = await withLedger(ctx, (ledger) => ledger.jobHistory({ jobId: flags.job }).catch(asUsage(FLAG_OF)));
+      print({ json: flags.json === true }, history, () =>
+        [
+          `job ${history.jobId} (key ${history.key}): ${history.events.length} events`,
+          table(
+            ['at', 'stream', 'event', 'who', 'via'],
+            history.events.map((e) => [time(e.at), `${e.stream} @${e.revision}`, e.inWords, e.by ?? e.workerId, e.via]),
+          ),
+        ].join('\n'),
+      );
+    });
+};

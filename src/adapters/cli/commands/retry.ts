@@ -1,0 +1,32 @@
+import type { Command } from 'commander';
+import { withLedger, type CommandContext } from '../context.js';
+import { UsageError, asUsage } from '../errors.js';
+import { CLI_METADATA, withBy, type ByFlag } from '../operator.js';
+import { print } from '../output.js';
+
+const FLAG_OF = { key: '--key', jobIds: '--job', by: '--by' };
+
+const collect = (value: string, previous: string[] | undefined): string[] => [...(previous ?? []), value];
+
+export const registerRetry = (program: Command, ctx: CommandContext): void => {
+  withBy(
+    program
+      .command('retry')
+      .description('run dead jobs again, recorded with who: each keeps its id, gets a fresh set of attempts and takes a free slot or the back of its line; all or nothing')
+      .option('--job <id>', 'this dead job (repeat for several)', collect)
+      .option('--key <key>', 'with --dead: every dead job of the key')
+      .option('--dead', 'with --key: the dead jobs of the key'),
+  )
+    .option('--json', 'machine-readable output')
+    .action(async (flags: ByFlag & { job?: string[]; key?: string; dead?: boolean; json?: boolean }) => {
+      if (flags.key !== undefined && flags.dead !== true) throw new UsageError('--dead: retry --key K takes --dead (every dead job of the key)');
+      if ((flags.key === undefined) === (flags.job === undefined)) throw new UsageError('--job: give --job ID (repeat for several) or --key K --dead, one of them');
+      const input = flags.job !== undefined ? { jobIds: flags.job, by: flags.by } : { key: flags.key!, by: flags.by };
+      const result = await withLedger(ctx, (ledger) => ledger.retry(input, CLI_METADATA).catch(asUsage(FLAG_OF)));
+      print({ json: flags.json === true }, result, () =>
+        result.retried.length === 0
+          ? `key ${flags.key}: no job is dead; nothing changed`
+          : result.retried.map((r) => `retried dead job ${r.jobId} (by ${flags.by}): ${r.status === 'acquired' ? 'took a free slot' : 'parked at the back of its line'}`).join('\n'),
+      );
+    });
+};

@@ -1,0 +1,40 @@
+import type { FastifyInstance } from 'fastify';
+import type { Queryable } from '../../../projections/runner.js';
+import { listQueues } from '../../postgres/queries/queues.js';
+import { listWorkers } from '../../postgres/queries/workers.js';
+import { closedObject, decodeInput } from '../input.js';
+
+// Who is doing the work: the workers' presence and the dispatch queues. Reads only (no token).
+// Times are epoch ms on the database's clock; `seenAgoMs` and `oldestAgeMs` are measured by the
+// database, so a page need not trust its own clock for them.
+
+const NoQuery = closedObject({}, {});
+
+export const registerWorkerRoutes = (app: FastifyInstance, db: Queryable): void => {
+  /**
+   * Every worker seen within the last day, live ones first:
+   * `{ now, live, gone, workers: [{ id, host, pid, queue, concurrency, heartbeatMs, startedAt,
+   * lastSeen, seenAgoMs, running, stoppedAt, state: 'live' | 'gone', holding }] }`.
+   * `running`: jobs it ran at its last heartbeat; `holding`: slots held now under leases it
+   * started (a gone worker's are holders nobody runs); `stoppedAt` null unless it stopped
+   * gracefully (a killed worker is gone with stoppedAt null).
+   */
+  app.get('/api/workers', async (request) => {
+    decodeInput(NoQuery, request.query, '(query)');
+    const workers = await listWorkers(db);
+    const live = workers.filter((w) => w.state === 'live').length;
+    return { now: Date.now(), live, gone: workers.length - live, workers };
+  });
+
+  /**
+   * Every dispatch queue (sent to, or read by a live worker), by name:
+   * `{ now, queues: [{ queue, depth, visibleNow, oldestAgeMs, consumers, capacity }] }`.
+   * `depth`: messages visible or in flight; `visibleNow`: what a read would get now;
+   * `oldestAgeMs`: null when empty; `consumers`: live workers reading it; `capacity`: their
+   * concurrency summed.
+   */
+  app.get('/api/queues', async (request) => {
+    decodeInput(NoQuery, request.query, '(query)');
+    return { now: Date.now(), queues: await listQueues(db) };
+  });
+};

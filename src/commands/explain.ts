@@ -1,0 +1,40 @@
+import * as t from 'io-ts';
+import { UnknownJobError } from '../domain/errors.js';
+import { explain, type Explanation } from '../domain/explain.js';
+import type { EventStore } from '../domain/ports/event-store.js';
+import type { JobStreamLookup } from '../domain/ports/job-streams.js';
+import { JobId, checkField } from '../domain/values.js';
+import { readJobStreams } from './job-events.js';
+
+export interface ExplainDeps {
+  readonly store: EventStore;
+  readonly jobStream: JobStreamLookup;
+  /** Epoch ms: the moment of an explanation of now. */
+  readonly clock: () => number;
+}
+
+/** A moment: epoch ms (a number, or its digits as a query string gives them), an ISO-8601 time, or a Date. */
+export const Instant = new t.Type<number, number, unknown>(
+  'Instant',
+  (u): u is number => typeof u === 'number',
+  (u, c) => {
+    const ms = u instanceof Date ? u.getTime() : typeof u === 'number' ? u : typeof u === 'string' && /^\d{1,15}$/.test(u) ? Number(u) : typeof u === 'string' && u.trim() !== '' ? Date.parse(u) : NaN;
+    return Number.isSafeInteger(ms) && ms >= 0 ? t.success(ms) : t.failure(u, c, 'must be an ISO-8601 time or epoch milliseconds');
+  },
+  t.identity,
+);
+
+/**
+ * Why the job is where it is (src/domain/explain.ts), now or as of a past moment `at`, from the
+ * ledger: its streams folded up to that moment, and its events there. Throws ValidationError
+ * naming the field, or UnknownJobError.
+ */
+export const explainJob = async (deps: ExplainDeps, input: { readonly jobId: string; readonly at?: number | string | Date }): Promise<Explanation> => {
+  const jobId = checkField('jobId', JobId, input?.jobId);
+  const at = input.at === undefined ? undefined : checkField('at', Instant, input.at);
+  const stream = await deps.jobStream(jobId);
+  if (stream === null) throw new UnknownJobError(jobId);
+  const asOf = at ?? deps.clock();
+  const { home, limits, events } = await readJobStreams(deps.store, stream, jobId, at);
+  return explain({ jobId, asOf, home, limits, events });
+};

@@ -1,0 +1,265 @@
+import { auditKeyOf } from './audit.js';
+import type { KeyEvent } from './events.js';
+import { holders, lineAfter, type KeyState, type Lease } from './key-state.js';
+
+// "Why is this job waiting?": the answer from the states of the job's streams (its home and its
+// limit keys, folded up to a moment) and the job's own events there. Pure: the caller loads both
+// (src/commands/explain.ts) and passes the moment.
+
+/** What the explainer is given: each stream as folded up to `asOf`, and the job's events on them in global order. */
+export interface ExplainInput {
+  readonly jobId: string;
+  readonly asOf: number;
+  readonly home: ExplainStream;
+  /** The job's further limit keys, in its JobEnqueued's order. */
+  readonly limits: readonly ExplainStream[];
+  readonly events: readonly ExplainEvent[];
+}
+
+export interface ExplainStream {
+  readonly stream: string;
+  readonly state: KeyState;
+  /** When each holder's lease was started, by lease id. */
+  readonly startedAt: ReadonlyMap<string, number>;
+}
+
+export interface ExplainEvent {
+  readonly stream: string;
+  readonly event: KeyEvent;
+  /** For JobParked and LimitWaiting: how the stream's key stood just before. */
+  readonly line?: { readonly limit: number; readonly holding: number; readonly paused: boolean };
+}
+
+/**
+ * running: started by a worker, its lease not run out; unstarted: admitted, no worker has started
+ * it yet; expired: started, and its lease ran out (the sweeper takes the slot back); home: the
+ * holder is a job of another key under this key's limit, whose lease is kept at its home.
+ */
+export type LeaseState = 'running' | 'unstarted' | 'expired' | 'home';
+
+export interface LeaseView {
+  readonly leaseId: string;
+  readonly state: LeaseState;
+  /** When the slot was taken. */
+  readonly heldSince: number;
+  readonly workerId: string | null;
+  readonly startedAt: number | null;
+  readonly expiresAt: number | null;
+}
+
+export interface HolderView {
+  readonly jobId: string;
+  /** A guest's key (as the audit names it); null for the key's own job. */
+  readonly home: string | null;
+  readonly lease: LeaseView;
+}
+
+export interface LimitView {
+  readonly key: string;
+  /** The job's own key (else one of its further limits). */
+  readonly own: boolean;
+  readonly limit: number;
+  readonly holding: number;
+  readonly paused: { readonly by: string; readonly reason: string | null; readonly since: number } | null;
+  /** Full or paused: no slot for the job here now. */
+  readonly blocking: boolean;
+  /** A parked job's place in this key's line (priority, then order): n of m. */
+  readonly place: { readonly n: number; readonly of: number } | null;
+  /** The first jobs parked ahead of it here (at most AHEAD_SHOWN). */
+  readonly ahead: readonly string[];
+  readonly holders: readonly HolderView[];
+}
+
+/** Why a parked job waited on a key: it was full (holding of limit) or paused. */
+export interface WaitedOn {
+  readonly key: string;
+  readonly why: 'full' | 'paused';
+}
+
+export type Wait =
+  | { readonly kind: 'parked'; readonly from: number; readonly until: number | null; readonly ms: number; readonly on: readonly WaitedOn[] }
+  | { readonly kind: 'scheduled'; readonly from: number; readonly until: number | null; readonly ms: number; readonly runAt: number; readonly why: string };
+
+export type ExplainedStatus = 'unknown' | 'scheduled' | 'parked' | 'holding' | 'running' | 'completed' | 'dead' | 'cancelled' | 'discarded' | 'rejected' | 'replaced';
+
+export interface Explanation {
+  readonly jobId: string;
+  /** Its home key (the stream's name for a job without a key). */
+  readonly key: string;
+  readonly asOf: number;
+  /** unknown: not enqueued (yet) at that moment. */
+  readonly status: ExplainedStatus;
+  readonly attempts: number | null;
+  readonly maxAttempts: number | null;
+  /** Its own key first, then each further limit. */
+  readonly limits: readonly LimitView[];
+  readonly schedule: { readonly runAt: number; readonly due: boolean; readonly why: string } | null;
+  readonly holding: { readonly lease: LeaseView; readonly how: 'acquired' | 'promoted'; readonly waitedMs: number } | null;
+  readonly ended: { readonly at: number; readonly reason: string | null; readonly by: string | null; readonly lastError: string | null } | null;
+  /** Each wait from its events, oldest first; an open one has until null and lasts to asOf. */
+  readonly waits: readonly Wait[];
+  readonly waited: { readonly parkedMs: number; readonly scheduledMs: number };
+}
+
+export const AHEAD_SHOWN = 10;
+
+const ENDINGS: Partial<Record<KeyEvent['type'], ExplainedStatus>> = {
+  JobCompleted: 'completed',
+  JobDead: 'dead',
+  JobCancelled: 'cancelled',
+  ParkedDiscarded: 'discarded',
+  JobRejected: 'rejected',
+  ParkedReplaced: 'replaced',
+  DeadDiscarded: 'discarded',
+};
+
+/** How a job no state holds ended, from its home events: its last ending, or unknown. */
+export const endingOf = (events: readonly KeyEvent[]): { readonly status: ExplainedStatus; readonly event: KeyEvent | undefined } => {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const e = events[i]!;
+    if (e.type === 'JobRetried') break;
+    const status = ENDINGS[e.type];
+    if (status !== undefined) return { status, event: e };
+  }
+  return { status: 'unknown', event: undefined };
+};
+
+export const leaseStateOf = (lease: Lease, asOf: number): LeaseState =>
+  lease.workerId === null ? 'unstarted' : lease.expiresAt !== null && lease.expiresAt <= asOf ? 'expired' : 'running';
+
+const leaseView = (s: ExplainStream, lease: Lease, guest: boolean, asOf: number): LeaseView => ({
+  leaseId: lease.leaseId,
+  state: guest ? 'home' : leaseStateOf(lease, asOf),
+  heldSince: lease.acquiredAt,
+  workerId: lease.workerId,
+  startedAt: s.startedAt.get(lease.leaseId) ?? null,
+  expiresAt: lease.expiresAt,
+});
+
+const limitView = (s: ExplainStream, own: boolean, jobId: string, asOf: number): LimitView => {
+  const { state } = s;
+  const line = lineAfter(state, Infinity);
+  const at = line.indexOf(jobId);
+  return {
+    key: auditKeyOf(s.stream),
+    own,
+    limit: state.limit,
+    holding: state.holding,
+    paused: state.paused === undefined ? null : { by: state.paused.by, reason: state.paused.reason, since: state.paused.at },
+    blocking: state.paused !== undefined || state.holding >= state.limit,
+    place: at < 0 ? null : { n: at + 1, of: line.length },
+    ahead: at < 0 ? [] : line.slice(0, Math.min(at, AHEAD_SHOWN)),
+    holders: holders(state).map((h) => ({ jobId: h.jobId, home: h.home === undefined ? null : auditKeyOf(h.home), lease: leaseView(s, h.lease!, h.home !== undefined, asOf) })),
+  };
+};
+
+/** Why a job was scheduled, from its home event just before the JobScheduled. */
+const scheduledBecause = (before: KeyEvent | undefined): string => {
+  switch (before?.type) {
+    case 'JobFailed':
+      return `retry after attempt ${before.data.attempt} failed: ${before.data.error}`;
+    case 'JobYielded':
+      return before.data.reason === undefined ? 'given back by its worker' : `given back: ${before.data.reason}`;
+    case 'LeaseExpired':
+      return 'retry after its lease expired (its worker went silent)';
+    case 'LeaseRevoked':
+      return `retry after its lease was revoked by ${before.data.by}`;
+    default:
+      return 'due later (runAt at enqueue)';
+  }
+};
+
+/** The job's waits from its events: each parking until its promotion, each schedule until its admission. */
+const waitsOf = (input: ExplainInput): Wait[] => {
+  const waits: Wait[] = [];
+  type Open = { -readonly [K in keyof Wait]: Wait[K] } & Record<string, unknown>;
+  let open: Open | undefined;
+  let previous: KeyEvent | undefined;
+  const close = (at: number) => {
+    if (open === undefined) return;
+    open.until = at;
+    open.ms = at - open.from;
+    waits.push(open as Wait);
+    open = undefined;
+  };
+  // The limit keys' lines the job entered with each parking at home (the same append, so the same
+  // time): was each of them full or paused?
+  const guestLines = new Map<number, WaitedOn[]>();
+  for (const { stream, event, line } of input.events) {
+    if (event.type !== 'LimitWaiting' || line === undefined) continue;
+    const on = guestLines.get(event.data.at) ?? [];
+    addBlocked(on, auditKeyOf(stream), line);
+    guestLines.set(event.data.at, on);
+  }
+  for (const { stream, event, line } of input.events) {
+    if (stream !== input.home.stream) continue;
+    const at = event.data.at;
+    switch (event.type) {
+      case 'JobParked': {
+        close(at);
+        const on: WaitedOn[] = [];
+        if (line !== undefined) addBlocked(on, auditKeyOf(stream), line);
+        open = { kind: 'parked', from: at, until: null, ms: 0, on: [...on, ...(guestLines.get(at) ?? [])] };
+        break;
+      }
+      case 'JobScheduled':
+        close(at);
+        open = { kind: 'scheduled', from: at, until: null, ms: 0, runAt: event.data.runAt, why: scheduledBecause(previous) };
+        break;
+      case 'SlotAcquired':
+      case 'JobPromoted':
+        close(at);
+        break;
+      default:
+        if (ENDINGS[event.type] !== undefined) close(at);
+    }
+    // The release between a failure (expiry, yield) and its JobScheduled says nothing of why.
+    if (event.type !== 'SlotReleased') previous = event;
+  }
+  if (open !== undefined) waits.push({ ...(open as Wait), ms: input.asOf - open.from });
+  return waits;
+};
+
+const addBlocked = (on: WaitedOn[], key: string, line: NonNullable<ExplainEvent['line']>): void => {
+  if (line.paused) on.push({ key, why: 'paused' });
+  else if (line.holding >= line.limit) on.push({ key, why: 'full' });
+};
+
+export const explain = (input: ExplainInput): Explanation => {
+  const { jobId, asOf, home } = input;
+  const job = home.state.jobs[jobId];
+  const homeEvents = input.events.filter((e) => e.stream === home.stream).map((e) => e.event);
+  const ending = job === undefined ? endingOf(homeEvents) : undefined;
+  const status: ExplainedStatus = job === undefined ? ending!.status : job.status === 'holding' ? (job.lease?.workerId != null ? 'running' : 'holding') : (job.status as ExplainedStatus);
+  const waits = waitsOf(input);
+  const lastWait = waits[waits.length - 1];
+  const lastAdmission = [...homeEvents].reverse().find((e) => e.type === 'SlotAcquired' || e.type === 'JobPromoted');
+  const lastError = [...homeEvents].reverse().find((e) => e.type === 'JobFailed');
+  const sum = (kind: Wait['kind']) => waits.filter((w) => w.kind === kind).reduce((n, w) => n + w.ms, 0);
+  const e = ending?.event;
+  return {
+    jobId,
+    key: auditKeyOf(home.stream),
+    asOf,
+    status,
+    attempts: job?.attempts ?? null,
+    maxAttempts: job?.maxAttempts ?? null,
+    limits: [limitView(home, true, jobId, asOf), ...input.limits.map((l) => limitView(l, false, jobId, asOf))],
+    schedule: job?.status === 'scheduled' && job.runAt !== null ? { runAt: job.runAt, due: job.runAt <= asOf, why: lastWait?.kind === 'scheduled' ? lastWait.why : scheduledBecause(undefined) } : null,
+    holding:
+      job?.lease != null
+        ? { lease: leaseView(home, job.lease, false, asOf), how: lastAdmission?.type === 'JobPromoted' ? 'promoted' : 'acquired', waitedMs: lastAdmission?.type === 'JobPromoted' ? lastAdmission.data.waitedMs : 0 }
+        : null,
+    ended:
+      e === undefined
+        ? null
+        : {
+            at: e.data.at,
+            reason: e.type === 'JobDead' || e.type === 'JobRejected' ? e.data.reason : null,
+            by: 'by' in e.data ? e.data.by : null,
+            lastError: lastError?.type === 'JobFailed' ? lastError.data.error : null,
+          },
+    waits,
+    waited: { parkedMs: sum('parked'), scheduledMs: sum('scheduled') },
+  };
+};
