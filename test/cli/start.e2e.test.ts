@@ -22,7 +22,7 @@ import { createRequire } from 'node:module';
 const { buildProgram, runCli } = await import(${JSON.stringify(PROGRAM)});
 const { createContext } = await import(${JSON.stringify(CONTEXT)});
 const lines = JSON.parse(process.env.LINES);
-const commands = buildProgram(createContext(), '0').commands.map((c) => c.name());
+const commands = (await buildProgram(createContext(), '0')).commands.map((c) => c.name());
 const codes = [];
 const write = process.stdout.write;
 process.stdout.write = process.stderr.write = () => true;
