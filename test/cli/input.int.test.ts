@@ -62,6 +62,8 @@ describe('bad input exits 2 with one line naming the flag, and writes nothing', 
     [['audit', '--job', LONE], '--job'],
     [['jobs', '--key', NUL], '--key'],
     [['jobs', '--status', NUL], '--status'],
+    [['jobs', '--name', NUL], '--name'],
+    [['jobs', '--queue', NUL], '--queue'],
   ]))('%s', async (_title, args, named) => {
     const before = await eventCount();
     const result = await jobledger(...args);

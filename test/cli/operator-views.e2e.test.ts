@@ -65,6 +65,13 @@ describe('the operator commands, as processes', () => {
     await expectRefused(jobledger, eventCount, ['explain', '--job', 'ov-nosuch'], 'ov-nosuch');
   });
 
+  it('jobs lists the dead job by status, name and queue; failed names the jobs waiting for a retry', async () => {
+    const list = async (...flags: string[]) => (JSON.parse((await jobledger('jobs', ...flags, '--json')).stdout) as { jobs: { jobId: string }[] }).jobs.map((j) => j.jobId);
+    expect(await list('--status', 'dead', '--name', 'sync', '--queue', 'default')).toEqual(['ov-dead']);
+    expect(await list('--status', 'dead', '--queue', 'elsewhere')).toEqual([]);
+    expect(await list('--status', 'failed')).toEqual([]);
+  });
+
   it('retry runs a dead job again, recorded with who; a job that is not dead is refused and nothing is written', async () => {
     await expectRefused(jobledger, eventCount, ['retry', '--job', 'ov-2', '--by', 'alice'], 'ov-2');
     const retried = await jobledger('retry', '--job', 'ov-dead', '--by', 'alice', '--json');
