@@ -29,6 +29,7 @@ import { keyDetail, type KeyDetail } from './postgres/queries/key-detail.js';
 import { deadJobsOf } from './postgres/queries/dead-jobs.js';
 import { listJobs, type JobFilter, type JobPage } from './postgres/queries/list-jobs.js';
 import { listKeys, type KeyRow } from './postgres/queries/list-keys.js';
+import { listWorkers } from './postgres/queries/workers.js';
 import { PgQueue, dispatchQueue } from './queue/pg-queue.js';
 import { inputFor, isJobDefinition, type JobDefinition, type JobOverrides } from './worker/define-job.js';
 import { Sweeper } from './worker/sweeper.js';
@@ -305,7 +306,7 @@ export class Ledger {
 
   /** Why a job is where it is (its place in line, what it waits on, its holders' leases, its waits), now or as of `at`, from the ledger. */
   explain(input: { readonly jobId: string; readonly at?: number | string | Date }): Promise<Explanation> {
-    return explainJob({ store: this.store, jobStream: this.jobStream, clock: this.clock }, input);
+    return explainJob({ store: this.store, jobStream: this.jobStream, clock: this.clock, liveWorkers: async () => new Set((await listWorkers(this.pool)).filter((w) => w.state === 'live').map((w) => w.id)) }, input);
   }
 
   /** A job's events across every stream it appears on (its key and its limit keys), in order, with who and why. */

@@ -11,6 +11,8 @@ export interface ExplainDeps {
   readonly jobStream: JobStreamLookup;
   /** Epoch ms: the moment of an explanation of now. */
   readonly clock: () => number;
+  /** The ids of the workers whose heartbeat is live now (an explanation of now names leases whose worker is gone). */
+  readonly liveWorkers?: () => Promise<ReadonlySet<string>>;
 }
 
 /** A moment: epoch ms (a number, or its digits as a query string gives them), an ISO-8601 time, or a Date. */
@@ -35,6 +37,6 @@ export const explainJob = async (deps: ExplainDeps, input: { readonly jobId: str
   const stream = await deps.jobStream(jobId);
   if (stream === null) throw new UnknownJobError(jobId);
   const asOf = at ?? deps.clock();
-  const { home, limits, events } = await readJobStreams(deps.store, stream, jobId, at);
-  return explain({ jobId, asOf, home, limits, events });
+  const [{ home, limits, events }, liveWorkers] = await Promise.all([readJobStreams(deps.store, stream, jobId, at), at === undefined ? deps.liveWorkers?.() : undefined]);
+  return explain({ jobId, asOf, home, limits, events, ...(liveWorkers === undefined ? {} : { liveWorkers }) });
 };

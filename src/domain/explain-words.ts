@@ -19,6 +19,8 @@ export const leaseInWords = (x: Explanation, l: LeaseView): string => {
       return `admitted at ${ago(x, l.heldSince)}, not started by any worker since`;
     case 'expired':
       return `lease expired at ${iso(l.expiresAt!)} (worker ${l.workerId} went silent; the sweeper takes the slot back)`;
+    case 'worker-gone':
+      return `started by worker ${l.workerId}, which no longer beats: nobody runs it until its lease expires at ${iso(l.expiresAt!)}`;
     case 'home':
       return `holding since ${iso(l.heldSince)} (its lease is kept on its own key)`;
   }

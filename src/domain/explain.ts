@@ -10,6 +10,11 @@ import { holders, lineAfter, type KeyState, type Lease } from './key-state.js';
 export interface ExplainInput {
   readonly jobId: string;
   readonly asOf: number;
+  /**
+   * The workers live now (their heartbeat), when the explanation is of now: a started lease whose
+   * worker is not among them is worker-gone. Absent for a past moment: presence keeps no history.
+   */
+  readonly liveWorkers?: ReadonlySet<string>;
   readonly home: ExplainStream;
   /** The job's further limit keys, in its JobEnqueued's order. */
   readonly limits: readonly ExplainStream[];
@@ -33,9 +38,11 @@ export interface ExplainEvent {
 /**
  * running: started by a worker, its lease not run out; unstarted: admitted, no worker has started
  * it yet; expired: started, and its lease ran out (the sweeper takes the slot back); home: the
- * holder is a job of another key under this key's limit, whose lease is kept at its home.
+ * holder is a job of another key under this key's limit, whose lease is kept at its home;
+ * worker-gone (explaining now only): started, its lease not run out, but its worker no longer
+ * beats (killed, or stopped), so nobody runs it until the lease expires.
  */
-export type LeaseState = 'running' | 'unstarted' | 'expired' | 'home';
+export type LeaseState = 'running' | 'unstarted' | 'expired' | 'home' | 'worker-gone';
 
 export interface LeaseView {
   readonly leaseId: string;
@@ -124,19 +131,28 @@ export const endingOf = (events: readonly KeyEvent[]): { readonly status: Explai
   return { status: 'unknown', event: undefined };
 };
 
-export const leaseStateOf = (lease: Lease, asOf: number): LeaseState =>
-  lease.workerId === null ? 'unstarted' : lease.expiresAt !== null && lease.expiresAt <= asOf ? 'expired' : 'running';
+/** The moment explained, and (now only) who is alive at it. */
+type Moment = Pick<ExplainInput, 'asOf' | 'liveWorkers'>;
 
-const leaseView = (s: ExplainStream, lease: Lease, guest: boolean, asOf: number): LeaseView => ({
+export const leaseStateOf = (lease: Lease, { asOf, liveWorkers }: Moment): LeaseState =>
+  lease.workerId === null
+    ? 'unstarted'
+    : lease.expiresAt !== null && lease.expiresAt <= asOf
+      ? 'expired'
+      : liveWorkers !== undefined && !liveWorkers.has(lease.workerId)
+        ? 'worker-gone'
+        : 'running';
+
+const leaseView = (s: ExplainStream, lease: Lease, guest: boolean, when: Moment): LeaseView => ({
   leaseId: lease.leaseId,
-  state: guest ? 'home' : leaseStateOf(lease, asOf),
+  state: guest ? 'home' : leaseStateOf(lease, when),
   heldSince: lease.acquiredAt,
   workerId: lease.workerId,
   startedAt: s.startedAt.get(lease.leaseId) ?? null,
   expiresAt: lease.expiresAt,
 });
 
-const limitView = (s: ExplainStream, own: boolean, jobId: string, asOf: number): LimitView => {
+const limitView = (s: ExplainStream, own: boolean, jobId: string, when: Moment): LimitView => {
   const { state } = s;
   const line = lineAfter(state, Infinity);
   const at = line.indexOf(jobId);
@@ -149,7 +165,7 @@ const limitView = (s: ExplainStream, own: boolean, jobId: string, asOf: number):
     blocking: state.paused !== undefined || state.holding >= state.limit,
     place: at < 0 ? null : { n: at + 1, of: line.length },
     ahead: at < 0 ? [] : line.slice(0, Math.min(at, AHEAD_SHOWN)),
-    holders: holders(state).map((h) => ({ jobId: h.jobId, home: h.home === undefined ? null : auditKeyOf(h.home), lease: leaseView(s, h.lease!, h.home !== undefined, asOf) })),
+    holders: holders(state).map((h) => ({ jobId: h.jobId, home: h.home === undefined ? null : auditKeyOf(h.home), lease: leaseView(s, h.lease!, h.home !== undefined, when) })),
   };
 };
 
@@ -244,11 +260,11 @@ export const explain = (input: ExplainInput): Explanation => {
     status,
     attempts: job?.attempts ?? null,
     maxAttempts: job?.maxAttempts ?? null,
-    limits: [limitView(home, true, jobId, asOf), ...input.limits.map((l) => limitView(l, false, jobId, asOf))],
+    limits: [limitView(home, true, jobId, input), ...input.limits.map((l) => limitView(l, false, jobId, input))],
     schedule: job?.status === 'scheduled' && job.runAt !== null ? { runAt: job.runAt, due: job.runAt <= asOf, why: lastWait?.kind === 'scheduled' ? lastWait.why : scheduledBecause(undefined) } : null,
     holding:
       job?.lease != null
-        ? { lease: leaseView(home, job.lease, false, asOf), how: lastAdmission?.type === 'JobPromoted' ? 'promoted' : 'acquired', waitedMs: lastAdmission?.type === 'JobPromoted' ? lastAdmission.data.waitedMs : 0 }
+        ? { lease: leaseView(home, job.lease, false, input), how: lastAdmission?.type === 'JobPromoted' ? 'promoted' : 'acquired', waitedMs: lastAdmission?.type === 'JobPromoted' ? lastAdmission.data.waitedMs : 0 }
         : null,
     ended:
       e === undefined

@@ -59,7 +59,7 @@ describe('the operator commands, as processes', () => {
   it('explain says where a parked job stands and who holds the slot ahead of it', async () => {
     const explained = await jobledger('explain', '--job', 'ov-2', '--json');
     expect(explained.code, explained.stderr).toBe(0);
-    expect(JSON.parse(explained.stdout)).toMatchObject({ jobId: 'ov-2', status: 'parked' });
+    expect(JSON.parse(explained.stdout)).toMatchObject({ jobId: 'ov-2', status: 'parked', limits: [{ holders: [{ jobId: 'ov-1', lease: { state: 'running', workerId: 'ov-worker' } }] }] });
     const words = await jobledger('explain', '--job', 'ov-2');
     expect(words.stdout).toContain('ov-1');
     await expectRefused(jobledger, eventCount, ['explain', '--job', 'ov-nosuch'], 'ov-nosuch');
@@ -82,5 +82,12 @@ describe('the operator commands, as processes', () => {
     const { events } = JSON.parse(history.stdout) as { events: { type: string; by?: string | null }[] };
     expect(events.map((e) => e.type)).toContain('JobDead');
     expect(events.find((e) => e.type === 'JobRetried')).toMatchObject({ by: 'alice' });
+  });
+
+  it("explain names a holder whose worker stopped beating as worker-gone, not running", async () => {
+    await worker.stop();
+    const explained = JSON.parse((await jobledger('explain', '--job', 'ov-2', '--json')).stdout);
+    expect(explained).toMatchObject({ limits: [{ holders: [{ jobId: 'ov-1', lease: { state: 'worker-gone', workerId: 'ov-worker' } }] }] });
+    expect((await jobledger('explain', '--job', 'ov-2')).stdout).toContain('started by worker ov-worker, which no longer beats');
   });
 });

@@ -92,6 +92,17 @@ describe('explain', () => {
       .toMatchObject({ status: 'running', holding: { lease: { state: 'expired' } } });
   });
 
+  it("explaining now: a started lease whose worker no longer beats is worker-gone, one whose worker beats is running", () => {
+    const now = { jobId: 'w', asOf: T0 + 10 * SEC, home: streamOf(HOME, key, { 'h:1': T0 + SEC }), limits: [], events: jobEvents(HOME, key, 'w') };
+    const gone = explain({ ...now, liveWorkers: new Set(['w2']) });
+    expect(gone.limits[0]!.holders).toMatchObject([{ jobId: 'h', lease: { state: 'worker-gone', workerId: 'w1' } }]);
+    expect(explanationInWords(gone)).toContain('started by worker w1, which no longer beats');
+    expect(explain({ ...now, liveWorkers: new Set(['w1']) }).limits[0]!.holders).toMatchObject([{ lease: { state: 'running' } }]);
+    // An expired lease is expired whoever beats; an unstarted one has no worker to ask about.
+    const silent = [limitSet(1), enqueued(job('h')), acquired('h', 'h:1', T0), started('h', 'h:1', T0 + SEC)];
+    expect(explain({ jobId: 'h', asOf: T0 + SEC + LEASE + 1, liveWorkers: new Set(), home: streamOf(HOME, silent), limits: [], events: jobEvents(HOME, silent, 'h') }).holding).toMatchObject({ lease: { state: 'expired' } });
+  });
+
   it('a paused key: the pause is what it waits on', () => {
     const stopped = [limitSet(2), paused('ops', 'vendor outage', T0), enqueued(job('w')), parked('w', T0 + SEC)];
     const x = explain({ jobId: 'w', asOf: T0 + 2 * SEC, home: streamOf(HOME, stopped), limits: [], events: jobEvents(HOME, stopped, 'w') });

@@ -52,10 +52,11 @@ describe('dead jobs over HTTP', () => {
     await s.ledger.enqueue({ name: 'send', key: 'http-ex', jobId: 'he2' });
     const now = await s.get('/api/jobs/explain', { jobId: 'he2' });
     expect(now.status).toBe(200);
+    // worker-9 never announced itself (no heartbeat in workers): nobody is known to run he1.
     expect(now.body).toMatchObject({
       jobId: 'he2',
       status: 'parked',
-      limits: [{ key: 'http-ex', own: true, limit: 1, holding: 1, blocking: true, place: { n: 1, of: 1 }, holders: [{ jobId: 'he1', lease: { state: 'running', workerId: 'worker-9' } }] }],
+      limits: [{ key: 'http-ex', own: true, limit: 1, holding: 1, blocking: true, place: { n: 1, of: 1 }, holders: [{ jobId: 'he1', lease: { state: 'worker-gone', workerId: 'worker-9' } }] }],
       waits: [{ kind: 'parked', until: null, on: [{ key: 'http-ex', why: 'full' }] }],
     });
     const before = await s.get('/api/jobs/explain', { jobId: 'he2', at: String(Date.UTC(2001, 0, 1)) });

@@ -20,16 +20,17 @@ export const readJob = (jobId) =>
 // ---- why ----------------------------------------------------------------------
 
 /**
- * A lease as the explanation gives it, in the holder words of the rest of the page. The
- * explanation judges a lease by the ledger alone; now, a started lease whose worker the workers'
- * presence calls gone is said so (nobody runs it); as of a past moment, presence then is not known.
+ * A lease as the explanation gives it, in the holder words of the rest of the page. Explaining
+ * now, the server calls a started lease whose worker no longer beats worker-gone; the page's own
+ * latest /api/workers says so too for one the server still saw running. As of a past moment,
+ * presence then is not known: running is all it can say.
  */
 const leaseText = (lease, at, workers) => {
   switch (lease.state) {
-    case 'running': {
-      if (asOf !== null) return t('holder.runningOn', { worker: lease.workerId });
+    case 'running':
+    case 'worker-gone': {
       const worker = workers.find((w) => w.id === lease.workerId);
-      if (worker?.state === 'live') return t('holder.runningOn', { worker: lease.workerId });
+      if (lease.state === 'running' && (asOf !== null || worker?.state === 'live')) return t('holder.runningOn', { worker: lease.workerId });
       return worker ? t('holder.workerGone', { worker: lease.workerId, ago: t('time.ago', { duration: tr.duration(worker.seenAgoMs) }) }) : t('holder.workerGoneNever', { worker: lease.workerId });
     }
     case 'unstarted':
