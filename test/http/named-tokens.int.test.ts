@@ -22,6 +22,13 @@ afterAll(async () => {
 const handoffOf = async (jobId: string) => (await s.get('/api/audit', { key: KEY })).body.handoffs.find((h: { jobId: string }) => h.jobId === jobId);
 
 describe('named tokens', () => {
+  it('whoami says whose token a request carries: the name, null for the shared token, 401 without one', async () => {
+    expect(await s.post('/api/whoami', {}, ALICE)).toMatchObject({ status: 200, body: { name: 'alice' } });
+    expect(await s.post('/api/whoami', {}, BOB)).toMatchObject({ status: 200, body: { name: 'bob' } });
+    expect(await s.post('/api/whoami', {}, TOKEN)).toMatchObject({ status: 200, body: { name: null } });
+    expect((await s.post('/api/whoami', {}, 'not-a-token')).status).toBe(401);
+  });
+
   it("records a named token's action under the operator's name in the audit, whatever the client's address", async () => {
     await s.start(KEY, 'nt-1', 'w-1');
     expect((await s.post('/api/keys/release', { key: KEY, jobId: 'nt-1' }, ALICE)).status).toBe(200);

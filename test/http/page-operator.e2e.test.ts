@@ -149,6 +149,8 @@ describe("the operator's page, in headless Chromium", () => {
     ctx.skip(!hasChromium, SKIP_NO_CHROMIUM);
     const page = await open('');
     await rememberToken(page, ALICE);
+    // The header names whose token the page holds, once the next refresh has asked the server.
+    await expect.poll(() => page.locator('#who').textContent(), { timeout: 10_000 }).toBe('signed in as alice');
     const row = (jobId: string) => page.locator(`#dead-body tr[data-job="${jobId}"]`);
     await expect.poll(() => row('dead-2').count()).toBe(1);
     expect(await row('dead-1').locator('td').allTextContents()).toEqual(['', 'dead-1send', 'mail/outqueue served', 'dead', '1 / 1', 'smtp 550: mailbox full', expect.stringMatching(/^died .+ ago$/)]);

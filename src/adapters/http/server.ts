@@ -5,7 +5,7 @@ import { EventDecodeError } from '../../domain/recorded.js';
 import { MAX_ARGS_BYTES, ValidationError } from '../../domain/values.js';
 import type { Queryable } from '../../projections/runner.js';
 import type { Ledger } from '../ledger.js';
-import { requireLoopbackHost, requireToken, type AccessToken } from './auth.js';
+import { operatorName, requireLoopbackHost, requireToken, type AccessToken } from './auth.js';
 import { registerMetrics } from './metrics.js';
 import { registerAuditRoutes } from './routes/audit.js';
 import { registerJobRoutes } from './routes/jobs.js';
@@ -85,6 +85,8 @@ export const createHttpServer = async (options: HttpServerOptions): Promise<Fast
   registerWorkerRoutes(app, options.db);
   registerJobRoutes(app, options.ledger);
   registerAuditRoutes(app, options.ledger);
+  /** Who the bearer token stands for: `{ name }`, null for the shared token (a POST: only mutating routes check the token). */
+  app.post('/api/whoami', async (request) => ({ name: operatorName(request) }));
   registerMetrics(app, options.ledger, options.db);
   await app.ready();
   return app;

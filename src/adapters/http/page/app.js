@@ -33,6 +33,7 @@ import {
   tr,
   askToken,
   useLanguage,
+  whoIsToken,
 } from './ui.js';
 import { renderWorkers, wireWorkers } from './workers.js';
 
@@ -177,6 +178,17 @@ const renderWarnings = () => {
   $('warnings').hidden = warnings.length === 0;
   $('warnings-list').replaceChildren(...warnings.map((w) => el('li', { dataset: { kind: w.kind } }, warningItem(w))));
 };
+
+/** The stored token's operator, asked once per token (the header says "signed in as alice"). */
+let who = { token: null, who: undefined };
+
+const refreshWho = async () => {
+  if (sessionStorage.getItem('jobledger.token') === who.token && who.who !== undefined) return;
+  who = await whoIsToken();
+};
+
+const renderWho = () =>
+  setText('who', who.who === undefined ? '' : who.who.name === null ? t('token.shared') : t('token.signedIn', { name: who.who.name }));
 
 /** Bytes as megabytes in the page's language ("12,3 MB"). */
 const megabytes = (bytes) => `${tr.number(Math.round(bytes / 104_857.6) / 10)} MB`;
@@ -503,6 +515,7 @@ const renderStatus = () => {
 
 const renderAll = () => {
   renderTotals();
+  renderWho();
   renderWarnings();
   renderKeys();
   renderWorkers(state.workers, state.queues);
@@ -521,7 +534,7 @@ const readView = (view) => (view.kind === 'key' ? orMissing(() => getJson('/api/
 const refresh = async () => {
   const view = state.view;
   try {
-    const [overview, workers, queues] = await Promise.all([getJson('/api/keys'), getJson('/api/workers'), getJson('/api/queues'), readDeadJobs()]);
+    const [overview, workers, queues] = await Promise.all([getJson('/api/keys'), getJson('/api/workers'), getJson('/api/queues'), readDeadJobs(), refreshWho()]);
     state.keys = overview.keys;
     state.totals = overview.totals;
     state.warnings = overview.warnings;

@@ -12,6 +12,8 @@ export const CATALOGUE = {
   en: {
     'language.label': 'Language',
     'token.button': 'Token',
+    'token.signedIn': 'signed in as {name}',
+    'token.shared': 'shared token',
     'status.loading': 'loading…',
     'status.updated': 'updated {time}',
     'status.stale': 'last updated {time}, the server does not answer',
@@ -368,6 +370,8 @@ export const CATALOGUE = {
   nl: {
     'language.label': 'Taal',
     'token.button': 'Token',
+    'token.signedIn': 'aangemeld als {name}',
+    'token.shared': 'gedeeld token',
     'status.loading': 'laden…',
     'status.updated': 'bijgewerkt om {time}',
     'status.stale': 'laatst bijgewerkt om {time}, de server antwoordt niet',
@@ -724,6 +728,8 @@ export const CATALOGUE = {
   pt: {
     'language.label': 'Idioma',
     'token.button': 'Token',
+    'token.signedIn': 'sessão iniciada como {name}',
+    'token.shared': 'token partilhado',
     'status.loading': 'carregando…',
     'status.updated': 'atualizado às {time}',
     'status.stale': 'última atualização às {time}, o servidor não responde',
@@ -1124,6 +1130,8 @@ export const CATALOGUE = {
   sv: {
     'language.label': 'Språk',
     'token.button': 'Token',
+    'token.signedIn': 'inloggad som {name}',
+    'token.shared': 'delad token',
     'status.loading': 'läser in…',
     'status.updated': 'uppdaterad {time}',
     'status.stale': 'senast uppdaterad {time}, servern svarar inte',

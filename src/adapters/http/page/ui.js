@@ -134,6 +134,22 @@ const send = async (path, init) => {
   }
 };
 
+/**
+ * Who the stored token stands for (POST /api/whoami): `{ name }` (null: the shared token), or
+ * undefined when no token is stored or the server refuses or does not answer. It never asks for
+ * a token: it is read in the background.
+ */
+export const whoIsToken = async () => {
+  const token = sessionStorage.getItem(TOKEN_STORAGE);
+  if (token === null) return { token, who: undefined };
+  try {
+    const response = await send('/api/whoami', { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json', authorization: `Bearer ${token}` }, body: '{}' });
+    return { token, who: response.ok ? await response.json() : undefined };
+  } catch {
+    return { token, who: undefined };
+  }
+};
+
 /** GET `path` with the query `params` (undefined and '' left out). */
 export const getJson = async (path, params = {}) => {
   const query = new URLSearchParams(Object.entries(params).filter(([, v]) => v !== undefined && v !== '')).toString();
