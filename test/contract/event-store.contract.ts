@@ -12,6 +12,7 @@ import {
   type ExpectedRevision,
   type RecordedEvent,
 } from '../../src/domain/ports/event-store.js';
+import { until } from '../support/until.js';
 
 export interface EventStoreFixture {
   readonly store: EventStore;
@@ -53,13 +54,6 @@ async function readAllUntil(
   }
 }
 
-async function until(condition: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(10);
-  }
-}
 
 async function conflict(promise: Promise<unknown>): Promise<WrongExpectedRevisionError> {
   const error = await promise.then(
@@ -309,7 +303,7 @@ export function eventStoreContract(name: string, setup: () => Promise<EventStore
         { stream: `${p}t`, expected: 'no_stream', events: [expected[1]!] },
         { stream: `${p}u`, expected: 'no_stream', events: [expected[2]!] },
       ]);
-      await until(() => seen.length >= 3, 'three events');
+      await until(async () => seen.length, (n) => n >= 3, 'three events');
       await subscription.stop();
       await expect(subscription.done).resolves.toBeUndefined();
       expect(seen.map((e) => e.type)).toEqual(['One', 'Two', 'Three']);
@@ -400,7 +394,7 @@ export function eventStoreContract(name: string, setup: () => Promise<EventStore
       };
 
       await Promise.all([holdOpen(), ...Array.from({ length: WRITERS }, (_, w) => writer(w))]);
-      await until(() => new Set(ids(seen)).size >= written.size, `all ${written.size} events`, 20_000);
+      await until(async () => new Set(ids(seen)).size, (n) => n >= written.size, `all ${written.size} events`);
       await subscription.stop();
 
       expect(conflicts).toBeGreaterThan(0);

@@ -4,7 +4,7 @@ export const until = async <T>(probe: () => Promise<T>, done: (t: T) => boolean,
   for (;;) {
     const value = await probe();
     if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(value)}`);
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(value)?.slice(0, 500)}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 };

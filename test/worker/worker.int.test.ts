@@ -6,6 +6,7 @@ import { silentLogger, type LogFn, type Logger } from '../../src/domain/ports/lo
 import { keyStream } from '../../src/domain/streams.js';
 import { BAD_CASES, appendByHand } from '../support/bad-events.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
+import { until } from '../support/until.js';
 
 // In-process workers on real PostgreSQL: what a handler's outcome records in the ledger.
 
@@ -24,15 +25,6 @@ afterEach(async () => {
 
 const eventsOf = (key: string): Promise<RecordedEvent[]> => ledger.store.readStream(keyStream(key));
 
-const until = async <T>(probe: () => Promise<T>, done: (t: T) => boolean, what: string, timeoutMs = 20_000): Promise<T> => {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-};
 
 interface LogLine {
   readonly level: string;

@@ -7,6 +7,10 @@ import { fold, holders, initialKeyState, jobsIn } from '../../src/domain/key-sta
 import type { RecordedEvent } from '../../src/domain/ports/event-store.js';
 import { keyStream } from '../../src/domain/streams.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
+import { until as untilWithin } from '../support/until.js';
+
+/** Worker processes on a loaded machine: a minute for each condition. */
+const until = <T>(probe: () => Promise<T>, done: (t: T) => boolean, what: string, timeoutMs = 60_000): Promise<T> => untilWithin(probe, done, what, timeoutMs);
 
 // Worker processes are real child processes (the built CLI's `jobledger worker`); their handlers
 // (test/fixtures/recording-handlers.mjs) record each run's start and end in `runs`. The test
@@ -57,15 +61,6 @@ const runs = async (): Promise<Run[]> => {
   return (await db.pool.query<Run>('SELECT * FROM runs ORDER BY started_ms')).rows;
 };
 
-const until = async <T>(probe: () => Promise<T>, done: (t: T) => boolean, what: string, timeoutMs = 60_000): Promise<T> => {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(value).slice(0, 500)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-};
 
 const eventsOf = (key: string): Promise<RecordedEvent[]> => ledger.store.readStream(keyStream(key));
 

@@ -9,19 +9,11 @@ import type { EventToAppend } from '../../../src/domain/ports/event-store.js';
 import { statement, type ProjectedEvent, type Projection, type Statement } from '../../../src/projections/projection.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../../support/database.js';
 import { heldAppend } from '../../support/held-append.js';
+import { until } from '../../support/until.js';
 
 const event = (type: string): EventToAppend & { eventId: string } => ({ type, data: { type }, eventId: randomUUID() });
 const uniquePrefix = (): string => `p${randomBytes(5).toString('hex')}-`;
 
-async function until<T>(probe: () => Promise<T>, done: (value: T) => boolean, what: string, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
 
 describe('PostgresEventStore', () => {
   let db: MigratedDatabase;

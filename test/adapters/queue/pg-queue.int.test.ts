@@ -3,17 +3,8 @@ import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { InvalidQueueNameError, PgQueue, QUEUE_CHANNEL, type QueueMessage } from '../../../src/adapters/queue/pg-queue.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../../support/database.js';
+import { until } from '../../support/until.js';
 
-/** Polls `check` until it returns a value other than undefined (or times out). */
-async function until<T>(check: () => Promise<T | undefined> | T | undefined, timeoutMs = 10_000, everyMs = 20): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await sleep(everyMs);
-  }
-}
 
 /** Counts calls; `next()` resolves at the next call after it was asked. */
 function wakeCounter() {
@@ -151,7 +142,7 @@ describe('PgQueue', () => {
     expect(first).toMatchObject({ msgId: id, readCt: 1 });
     expect(await queue.read('q', 200, 1)).toEqual([]); // hidden meanwhile
 
-    const again = await until(async () => (await queue.read('q', 30_000, 1))[0]);
+    const again = (await until(async () => (await queue.read('q', 30_000, 1))[0], (m) => m !== undefined, 'the message again'))!;
     expect(again).toMatchObject({ msgId: id, readCt: 2, message: { hello: 'world' } });
     expect(again.vt.getTime()).toBeGreaterThan(first!.vt.getTime());
     expect(Date.now()).toBeGreaterThanOrEqual(first!.vt.getTime() - 50); // not before the timeout (clock slack)
@@ -166,7 +157,7 @@ describe('PgQueue', () => {
     expect(Number(rows[0]!.delay_ms)).toBeCloseTo(300, 3);
     expect(await queue.read('q', 1000, 10)).toEqual([]);
     expect(await queue.pop('q')).toBeUndefined();
-    const got = await until(async () => (await queue.read('q', 1000, 10))[0]);
+    const got = (await until(async () => (await queue.read('q', 1000, 10))[0], (m) => m !== undefined, 'the message'))!;
     expect(got).toMatchObject({ msgId: id, readCt: 1, message: 'later' });
     expect(got.vt.getTime() - got.enqueuedAt.getTime()).toBeGreaterThanOrEqual(1000 + 300 - 5);
   });
@@ -276,7 +267,7 @@ describe('PgQueue', () => {
     const a = queue.listen('q', rolledBack.wake);
     const b = queue.listen('sentinel', sentinel.wake);
     cleanups.push(() => a.stop(), () => b.stop());
-    await until(() => (rolledBack.calls > 0 && sentinel.calls > 0 ? true : undefined)); // listening
+    await until(async () => rolledBack.calls > 0 && sentinel.calls > 0, Boolean, 'both listening');
     const before = rolledBack.calls;
 
     await inTransaction(async (client) => {
@@ -302,7 +293,7 @@ describe('PgQueue', () => {
     const sub = queue.listen('q', woken.wake);
     const other = queue.listen('sentinel', sentinel.wake);
     cleanups.push(() => sub.stop(), () => other.stop());
-    await until(() => (woken.calls > 0 && sentinel.calls > 0 ? true : undefined)); // the connect wake-up
+    await until(async () => woken.calls > 0 && sentinel.calls > 0, Boolean, 'the connect wake-up');
     const before = woken.calls;
 
     const client = await db.pool.connect();
@@ -349,11 +340,11 @@ describe('PgQueue', () => {
     const w = wakeCounter();
     const s1 = own.listen('a', w.wake);
     const s2 = own.listen('b', w.wake);
-    await until(async () => ((await listeners()) === 1 ? true : undefined));
+    await until(listeners, (n) => n === 1, 'one listener');
     await s1.stop();
     expect(await listeners()).toBe(1);
     await s2.stop();
-    await until(async () => ((await listeners()) === 0 ? true : undefined));
+    await until(listeners, (n) => n === 0, 'no listener');
   });
 
   it('sends NOTIFY on channel jobledger_queue with the queue name', async () => {
@@ -364,7 +355,7 @@ describe('PgQueue', () => {
     client.on('notification', (n) => n.channel === QUEUE_CHANNEL && payloads.push(n.payload ?? ''));
     await client.query(`LISTEN ${QUEUE_CHANNEL}`);
     await queue.sendBatch('some.queue-name_1', [1, 2, 3]);
-    await until(() => (payloads.length > 0 ? true : undefined));
+    await until(async () => payloads.length, (n) => n > 0, 'a payload');
     expect(payloads).toEqual(['some.queue-name_1']);
   });
 
