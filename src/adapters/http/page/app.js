@@ -32,6 +32,7 @@ import {
   t,
   tr,
   askToken,
+  storedToken,
   useLanguage,
   whoIsToken,
 } from './ui.js';
@@ -183,7 +184,7 @@ const renderWarnings = () => {
 let who = { token: null, who: undefined };
 
 const refreshWho = async () => {
-  if (sessionStorage.getItem('jobledger.token') === who.token && who.who !== undefined) return;
+  if (storedToken() === who.token && who.who !== undefined) return;
   who = await whoIsToken();
 };
 

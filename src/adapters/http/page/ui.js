@@ -134,13 +134,16 @@ const send = async (path, init) => {
   }
 };
 
+/** The token this tab keeps (null: none yet). */
+export const storedToken = () => sessionStorage.getItem(TOKEN_STORAGE);
+
 /**
  * Who the stored token stands for (POST /api/whoami): `{ name }` (null: the shared token), or
  * undefined when no token is stored or the server refuses or does not answer. It never asks for
  * a token: it is read in the background.
  */
 export const whoIsToken = async () => {
-  const token = sessionStorage.getItem(TOKEN_STORAGE);
+  const token = storedToken();
   if (token === null) return { token, who: undefined };
   try {
     const response = await send('/api/whoami', { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json', authorization: `Bearer ${token}` }, body: '{}' });
@@ -165,7 +168,7 @@ export const askToken = () =>
   new Promise((resolve) => {
     const dialog = $('token-dialog');
     const input = $('token-input');
-    input.value = sessionStorage.getItem(TOKEN_STORAGE) ?? '';
+    input.value = storedToken() ?? '';
     dialog.addEventListener(
       'close',
       () => {
@@ -187,7 +190,7 @@ export const askToken = () =>
  * the client's address for the shared one.
  */
 export const postJson = async (path, body) => {
-  let token = sessionStorage.getItem(TOKEN_STORAGE) ?? (await askToken());
+  let token = storedToken() ?? (await askToken());
   for (let tries = 0; token !== null && tries < 2; tries++) {
     const response = await send(path, {
       method: 'POST',
