@@ -83,9 +83,21 @@ export interface WaitedOn {
   readonly why: 'full' | 'paused';
 }
 
+/**
+ * Why a job was scheduled, as data the page words in its language (`why` is the same in English,
+ * for the CLI): a retry after a failed attempt, an expired or revoked lease, given back by its
+ * worker, or a runAt given at enqueue.
+ */
+export type ScheduledBecause =
+  | { readonly kind: 'failed'; readonly attempt: number; readonly error: string }
+  | { readonly kind: 'yielded'; readonly reason: string | null }
+  | { readonly kind: 'expired' }
+  | { readonly kind: 'revoked'; readonly by: string }
+  | { readonly kind: 'runAt' };
+
 export type Wait =
   | { readonly kind: 'parked'; readonly from: number; readonly until: number | null; readonly ms: number; readonly on: readonly WaitedOn[] }
-  | { readonly kind: 'scheduled'; readonly from: number; readonly until: number | null; readonly ms: number; readonly runAt: number; readonly why: string };
+  | { readonly kind: 'scheduled'; readonly from: number; readonly until: number | null; readonly ms: number; readonly runAt: number; readonly why: string; readonly because: ScheduledBecause };
 
 export type ExplainedStatus = 'unknown' | 'scheduled' | 'parked' | 'holding' | 'running' | 'completed' | 'dead' | 'cancelled' | 'discarded' | 'rejected' | 'replaced';
 
@@ -100,7 +112,7 @@ export interface Explanation {
   readonly maxAttempts: number | null;
   /** Its own key first, then each further limit. */
   readonly limits: readonly LimitView[];
-  readonly schedule: { readonly runAt: number; readonly due: boolean; readonly why: string } | null;
+  readonly schedule: { readonly runAt: number; readonly due: boolean; readonly why: string; readonly because: ScheduledBecause } | null;
   readonly holding: { readonly lease: LeaseView; readonly how: 'acquired' | 'promoted'; readonly waitedMs: number } | null;
   readonly ended: { readonly at: number; readonly reason: string | null; readonly by: string | null; readonly lastError: string | null } | null;
   /** Each wait from its events, oldest first; an open one has until null and lasts to asOf. */
@@ -170,19 +182,40 @@ const limitView = (s: ExplainStream, own: boolean, jobId: string, when: Moment):
 };
 
 /** Why a job was scheduled, from its home event just before the JobScheduled. */
-const scheduledBecause = (before: KeyEvent | undefined): string => {
+const scheduledBecause = (before: KeyEvent | undefined): ScheduledBecause => {
   switch (before?.type) {
     case 'JobFailed':
-      return `retry after attempt ${before.data.attempt} failed: ${before.data.error}`;
+      return { kind: 'failed', attempt: before.data.attempt, error: before.data.error };
     case 'JobYielded':
-      return before.data.reason === undefined ? 'given back by its worker' : `given back: ${before.data.reason}`;
+      return { kind: 'yielded', reason: before.data.reason ?? null };
     case 'LeaseExpired':
-      return 'retry after its lease expired (its worker went silent)';
+      return { kind: 'expired' };
     case 'LeaseRevoked':
-      return `retry after its lease was revoked by ${before.data.by}`;
+      return { kind: 'revoked', by: before.data.by };
     default:
+      return { kind: 'runAt' };
+  }
+};
+
+const becauseInWords = (b: ScheduledBecause): string => {
+  switch (b.kind) {
+    case 'failed':
+      return `retry after attempt ${b.attempt} failed: ${b.error}`;
+    case 'yielded':
+      return b.reason === null ? 'given back by its worker' : `given back: ${b.reason}`;
+    case 'expired':
+      return 'retry after its lease expired (its worker went silent)';
+    case 'revoked':
+      return `retry after its lease was revoked by ${b.by}`;
+    case 'runAt':
       return 'due later (runAt at enqueue)';
   }
+};
+
+/** Both forms of why a job was scheduled: the data and its English words. */
+const scheduledWhy = (before: KeyEvent | undefined): { why: string; because: ScheduledBecause } => {
+  const because = scheduledBecause(before);
+  return { why: becauseInWords(because), because };
 };
 
 /** The job's waits from its events: each parking until its promotion, each schedule until its admission. */
@@ -220,7 +253,7 @@ const waitsOf = (input: ExplainInput): Wait[] => {
       }
       case 'JobScheduled':
         close(at);
-        open = { kind: 'scheduled', from: at, until: null, ms: 0, runAt: event.data.runAt, why: scheduledBecause(previous) };
+        open = { kind: 'scheduled', from: at, until: null, ms: 0, runAt: event.data.runAt, ...scheduledWhy(previous) };
         break;
       case 'SlotAcquired':
       case 'JobPromoted':
@@ -261,7 +294,7 @@ export const explain = (input: ExplainInput): Explanation => {
     attempts: job?.attempts ?? null,
     maxAttempts: job?.maxAttempts ?? null,
     limits: [limitView(home, true, jobId, input), ...input.limits.map((l) => limitView(l, false, jobId, input))],
-    schedule: job?.status === 'scheduled' && job.runAt !== null ? { runAt: job.runAt, due: job.runAt <= asOf, why: lastWait?.kind === 'scheduled' ? lastWait.why : scheduledBecause(undefined) } : null,
+    schedule: job?.status === 'scheduled' && job.runAt !== null ? { runAt: job.runAt, due: job.runAt <= asOf, ...(lastWait?.kind === 'scheduled' ? { why: lastWait.why, because: lastWait.because } : scheduledWhy(undefined)) } : null,
     holding:
       job?.lease != null
         ? { lease: leaseView(home, job.lease, false, input), how: lastAdmission?.type === 'JobPromoted' ? 'promoted' : 'acquired', waitedMs: lastAdmission?.type === 'JobPromoted' ? lastAdmission.data.waitedMs : 0 }

@@ -123,7 +123,7 @@ describe('explain', () => {
   it('a scheduled retry: when, and the error of the attempt that failed', () => {
     const retrying = [limitSet(1), enqueued(job('r')), acquired('r', 'r:1'), started('r', 'r:1', T0), failed('r', 'r:1', T0 + SEC, 1, 'timeout', T0 + 5 * SEC), released('r', 'r:1', 'failed', T0 + SEC), scheduled('r', T0 + 5 * SEC, T0 + SEC)];
     const x = explain({ jobId: 'r', asOf: T0 + 2 * SEC, home: streamOf(HOME, retrying), limits: [], events: jobEvents(HOME, retrying, 'r') });
-    expect(x).toMatchObject({ status: 'scheduled', attempts: 1, schedule: { runAt: T0 + 5 * SEC, due: false, why: 'retry after attempt 1 failed: timeout' } });
+    expect(x).toMatchObject({ status: 'scheduled', attempts: 1, schedule: { runAt: T0 + 5 * SEC, due: false, why: 'retry after attempt 1 failed: timeout', because: { kind: 'failed', attempt: 1, error: 'timeout' } } });
   });
 
   it('a finished job: how it ended and how long it waited for what', () => {

@@ -180,6 +180,14 @@ describe('the dashboard in four languages, in headless Chromium', () => {
     await page.locator('#dead-body tr[data-job="mail-1"] a.job-link').click();
     await expect.poll(() => page.locator('#job-events li[data-type="JobDead"]').count()).toBe(1);
     expect(await englishLeft(page, lang)).toEqual([]);
+    // Why a job is scheduled, in words of the language: a retry after a failed attempt, a later start.
+    await page.locator('#dead-body tr[data-job="mail-2"] a.job-link').click();
+    await expect.poll(() => page.locator('#job-waits li.wait-scheduled').count()).toBe(1);
+    expect(await page.locator('#job-standing').textContent()).toContain('smtp 550');
+    expect(await englishLeft(page, lang)).toEqual([]);
+    await page.goto(`${s.url}/#job=later-1`);
+    await expect.poll(() => page.locator('#job-waits li.wait-scheduled').count()).toBe(1);
+    expect(await englishLeft(page, lang)).toEqual([]);
 
     // Retrying the dead job asks first, then cancelled.
     await page.locator('#dead-body tr[data-job="mail-1"] input.pick').check();

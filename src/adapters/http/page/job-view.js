@@ -19,6 +19,20 @@ export const readJob = (jobId) =>
 
 // ---- why ----------------------------------------------------------------------
 
+/** Why the job was scheduled (the explanation's `because`), in the page's language. */
+const because = (b) => {
+  switch (b.kind) {
+    case 'failed':
+      return t('because.failed', { attempt: b.attempt, error: b.error });
+    case 'yielded':
+      return b.reason === null ? t('because.yielded') : t('because.yieldedReason', { reason: b.reason });
+    case 'revoked':
+      return t('because.revoked', { by: b.by });
+    default:
+      return t(b.kind === 'expired' ? 'because.expired' : 'because.runAt');
+  }
+};
+
 /**
  * A lease as the explanation gives it, in the holder words of the rest of the page. Explaining
  * now, the server calls a started lease whose worker no longer beats worker-gone; the page's own
@@ -65,7 +79,7 @@ const limitBlock = (l, x, workers) =>
 
 const waitText = (w) => {
   const span = { duration: tr.duration(w.ms), from: tr.clock(w.from), to: w.until === null ? t('handoff.now') : tr.clock(w.until) };
-  if (w.kind === 'scheduled') return t('why.waitScheduled', { ...span, why: w.why });
+  if (w.kind === 'scheduled') return t('why.waitScheduled', { ...span, why: because(w.because) });
   const on = w.on.map((o) => t(o.why === 'paused' ? 'waitsOn.paused' : 'why.onFull', { key: o.key })).join(', ');
   return on === '' ? t('why.waitParked', span) : t('why.waitParkedOn', { ...span, on });
 };
@@ -74,7 +88,7 @@ const waitText = (w) => {
 const standing = (x, workers) => {
   if (x.status === 'unknown') return [t('why.unknown')];
   const lines = [];
-  if (x.schedule !== null) lines.push(t(x.schedule.due ? 'why.due' : 'why.scheduled', { time: tr.clock(x.schedule.runAt), why: x.schedule.why }));
+  if (x.schedule !== null) lines.push(t(x.schedule.due ? 'why.due' : 'why.scheduled', { time: tr.clock(x.schedule.runAt), why: because(x.schedule.because) }));
   if (x.holding !== null)
     lines.push(
       t(x.holding.how === 'promoted' ? 'why.holdingPromoted' : 'why.holdingAcquired', { since: tr.clock(x.holding.lease.heldSince), waited: tr.duration(x.holding.waitedMs) }),
