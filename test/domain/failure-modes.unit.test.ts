@@ -226,3 +226,34 @@ describe('a parked delayed job keeps its priority and remaining delay', () => {
     expect(holders(after).map((j) => j.jobId)).toEqual(['delayed']);
   });
 });
+
+describe('FAILURE-MODES #12: a batched claim handed out more jobs of a key than it had slots (graphile-worker #621)', () => {
+  // The queue carries admissions only, and a start is decided by the key: a batch that asked to
+  // start a job without a slot (a stale or forged message beside the real ones) starts nothing more.
+  const bothStarted = [limitSet(2), enqueued(a), acquired('a', 'a:1'), enqueued(b), acquired('b', 'b:2'), enqueued(c), parked('c'), started('a', 'a:1', T0), started('b', 'b:2', T0)];
+
+  it('with both slots of a limit-2 key started, a Start of its parked job is refused and the holders stay two', () => {
+    given(...bothStarted).when({ type: 'Start', jobId: 'c', leaseId: 'c:3', workerId: 'w2' }).thenRefused({ tag: 'StaleLease', jobId: 'c', leaseId: 'c:3', currentLeaseId: null });
+    expect(holders(fold(initialKeyState, bothStarted)).map((j) => j.jobId)).toEqual(['a', 'b']);
+  });
+});
+
+describe('FAILURE-MODES #13: a slot leaked forever when a claim was half-written (Hatchet #4494)', () => {
+  it('an admission is one event naming its holder and lease: the slots in use are the jobs those events name, no count kept apart', () => {
+    given(limitSet(1)).when({ type: 'Enqueue', job: a }).then(enqueued(a), acquired('a', 'a:1'));
+    const s = given(limitSet(1), enqueued(a), acquired('a', 'a:1')).when({ type: 'Enqueue', job: b }).state();
+    expect(holders(s).map((j) => [j.jobId, j.lease?.leaseId])).toEqual([['a', 'a:1']]);
+    expect(parkedInOrder(s).map((j) => j.jobId)).toEqual(['b']);
+  });
+
+  it('a claim whose start was never recorded (killed before its commit) is made again on the same lease, counting one attempt', () => {
+    const s = given(limitSet(1), enqueued(a), acquired('a', 'a:1')).when({ type: 'Start', jobId: 'a', leaseId: 'a:1', workerId: 'w2' }, T0 + SEC).state();
+    expect(s.jobs.a).toMatchObject({ attempts: 1, lease: { leaseId: 'a:1', workerId: 'w2' } });
+  });
+
+  it('a started holder whose worker died frees its slot once its lease runs out, to the next job in line', () => {
+    const s = given(limitSet(1), enqueued(a), acquired('a', 'a:1'), started('a', 'a:1', T0), enqueued(b), parked('b')).when({ type: 'ExpireLeases', jitter: 0 }, T0 + LEASE).state();
+    expect(holders(s).map((j) => j.jobId)).toEqual(['b']);
+    expect(jobsIn(s, 'scheduled').map((j) => j.jobId)).toEqual(['a']);
+  });
+});
