@@ -3,19 +3,24 @@
 //   npm run bench:cli              # DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres
 //   npm run bench:cli -- 50        # runs per command line (default 20)
 //
-// Each command line runs as a fresh `node dist/src/adapters/cli/main.js …` process, one at a time,
-// beside the bare `node -e ''` start-up. Help and --version: spawn to exit. `keys` and `enqueue`
-// (in a scratch database it drops) reach PostgreSQL through a TCP proxy in this process, which
-// notes when each connection opens: the first is the command's reachability check (commander,
-// the registrations and pg loaded), the second its pool's, for its first statement (enqueue: the
-// ledger's, so the ledger's modules are loaded too): the command is at its work. Then the exit.
+// Each command line runs as a fresh process of the CLI as shipped (package.json "bin": the bundle
+// of rolldown.config.ts, dist/cli/jobledger.cjs), one at a time, beside the bare `node -e ''`
+// start-up; `--help`, `enqueue` and `keys` run unbundled too (tsc's dist/src/adapters/cli/main.js),
+// for what the bundle saves. Help and --version: spawn to exit. `keys` and `enqueue` (in a scratch
+// database it drops) reach PostgreSQL through a TCP proxy in this process, which notes when each
+// connection opens: the first is the command's reachability check (commander, the registrations
+// and pg loaded), the second its pool's, for its first statement (enqueue: the ledger's, so the
+// ledger's modules are loaded too): the command is at its work. Then the exit.
 // Nothing in the CLI is instrumented.
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createServer, connect, type AddressInfo, type Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { quantile, serverName, withScratchDatabase } from './scratch-database.js';
 
-const CLI = new URL('../src/adapters/cli/main.js', import.meta.url).pathname;
+const { bin } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { bin: { jobledger: string } };
+const CLI = new URL(`../../${bin.jobledger}`, import.meta.url).pathname;
+const UNBUNDLED = new URL('../src/adapters/cli/main.js', import.meta.url).pathname;
 const RUNS = Number(process.argv[2] ?? 20);
 
 interface Run {
@@ -85,6 +90,7 @@ console.log(`CLI start-up, ${RUNS} runs each; ms from spawn, median and p90 (Pos
 console.log(`${''.padEnd(24)}      median   p90`);
 await measure("node -e ''", ['-e', '']);
 for (const line of [['--help'], ['--version'], ['keys', '--help'], ['enqueue', '--help']]) await measure(line.join(' '), [CLI, ...line]);
+await measure('--help, unbundled', [UNBUNDLED, '--help']);
 
 await withScratchDatabase('cli_start', async (url) => {
   const pg = await proxy(new URL(url));
@@ -92,8 +98,11 @@ await withScratchDatabase('cli_start', async (url) => {
     const env = { DATABASE_URL: pg.url, LOG_LEVEL: 'warn' };
     // The schema first, so that no measured run pays for the migrations.
     await runOnce([CLI, 'migrate'], env, pg.take);
-    await measure('enqueue', [CLI, 'enqueue', 'bench', '--key', 'bench:cli-start', '--limit', '1000'], env, pg.take);
+    const enqueue = ['enqueue', 'bench', '--key', 'bench:cli-start', '--limit', '1000'];
+    await measure('enqueue', [CLI, ...enqueue], env, pg.take);
     await measure('keys', [CLI, 'keys'], env, pg.take);
+    await measure('enqueue, unbundled', [UNBUNDLED, ...enqueue], env, pg.take);
+    await measure('keys, unbundled', [UNBUNDLED, 'keys'], env, pg.take);
   } finally {
     await pg.close();
   }

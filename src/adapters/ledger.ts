@@ -4,19 +4,22 @@ import { audit, jobHistory, type Audit, type AuditTarget, type JobHistory } from
 import * as deadJobs from '../commands/dead-jobs.js';
 import { explainJob } from '../commands/explain.js';
 import { enqueueMany, keyEventId, type EnqueueInput, type Enqueued } from '../commands/enqueue.js';
+import { keyStateAt, type KeyStateAt } from '../commands/key-state-at.js';
 import { KeyWriter, type CommandResult, type KeyCommand, type Loaded } from '../commands/key-writer.js';
 import * as operator from '../commands/operator-actions.js';
 import type { Command } from '../domain/commands.js';
 import type { EventStore, JsonObject } from '../domain/ports/event-store.js';
-import { RefusedError } from '../domain/errors.js';
+import { RefusedError, UnknownKeyError } from '../domain/errors.js';
 import type { Explanation } from '../domain/explain.js';
 import type { Logger } from '../domain/ports/logger.js';
+import { decodeRecorded } from '../domain/recorded.js';
 import { keyStream, queueCapKey } from '../domain/streams.js';
 import { Limit, QueueName, ValidationError, checkField } from '../domain/values.js';
-import { DISPATCHER, LEASE_LOST_CHANNEL, createDispatcher } from '../projections/dispatcher.js';
-import { READ_MODELS, createReadModelProjections } from '../projections/read-models.js';
+import { LEASE_LOST_CHANNEL } from '../projections/dispatcher.js';
+import { ledgerProjections, type LedgerProjection } from '../projections/ledger-projections.js';
 import { AsyncProjectionRunner } from '../projections/runner.js';
 import { PostgresEventStore } from './eventstore/postgres/postgres-event-store.js';
+import { LedgerReader, createPool, type LedgerReaderOptions } from './ledger-reader.js';
 import { createLogger } from './logging/logger.js';
 import { archiveFinishedJobs, type ArchiveOptions, type ArchiveResult } from './postgres/archive.js';
 import { Notifications } from './postgres/listener.js';
@@ -25,33 +28,20 @@ import { migrate } from './postgres/migrations.js';
 import { PostgresSnapshotStore } from './postgres/postgres-snapshot-store.js';
 import { projectionMode, type ProjectionMode } from './postgres/projection-mode.js';
 import { jobStreamOf } from './postgres/queries/job-stream.js';
-import { keyDetail, type KeyDetail } from './postgres/queries/key-detail.js';
 import { deadJobsOf } from './postgres/queries/dead-jobs.js';
-import { listJobs, type JobFilter, type JobPage } from './postgres/queries/list-jobs.js';
-import { listKeys, type KeyRow } from './postgres/queries/list-keys.js';
-import { listWorkers } from './postgres/queries/workers.js';
 import { PgQueue, dispatchQueue } from './queue/pg-queue.js';
 import { inputFor, isJobDefinition, type JobDefinition, type JobOverrides } from './worker/define-job.js';
 import { Sweeper } from './worker/sweeper.js';
 import { Worker, type WorkerOptions } from './worker/worker.js';
 
 export type { ProjectionMode } from './postgres/projection-mode.js';
+export { LedgerReader, createPool, type LedgerReaderOptions } from './ledger-reader.js';
 
-export interface LedgerOptions {
-  /** PostgreSQL holding the ledger. Either this or `pool`. */
-  readonly databaseUrl?: string;
-  /** A pool the caller owns (not ended by close()). */
-  readonly pool?: pg.Pool;
-  /** Connections of the pool created from databaseUrl (default 10). */
-  readonly poolSize?: number;
-  readonly logger?: Logger;
-  /** Epoch ms; injected by tests. */
-  readonly clock?: () => number;
+export interface LedgerOptions extends LedgerReaderOptions {
+  /** [0, 1): the jitter of retries and back-offs (the key writer's, the sweeper's); injected by tests. */
   readonly random?: () => number;
   /** Snapshot every N events of a key (default 1000; 0 disables). */
   readonly snapshotEvery?: number;
-  /** Create or upgrade the schema on open (default true). */
-  readonly migrate?: boolean;
   /**
    * Apply the read models (jl_*) and the dispatcher (queue messages) inside each flush's
    * transaction (true) or from async runners started by start() (false). A database is projected
@@ -78,6 +68,9 @@ export interface LedgerOptions {
 
 export type QueueCaps = Readonly<Record<string, { readonly maxConcurrent: number }>>;
 
+/** A key's state folded up to a point, or, when it had no event yet then, when its first was. */
+export type KeyStateAsOf = KeyStateAt | { readonly firstEventAt: number };
+
 interface LedgerParts {
   readonly notifications: Notifications;
   readonly outages: DatabaseOutages;
@@ -90,6 +83,7 @@ interface LedgerParts {
   readonly random: () => number;
   readonly log: Logger;
   readonly mode: ProjectionMode;
+  readonly projections: readonly LedgerProjection[];
   readonly sweepIntervalMs: number | undefined;
   readonly cappedQueues: ReadonlySet<string>;
 }
@@ -98,26 +92,36 @@ interface LedgerParts {
  * The library entry: the key ledger on PostgreSQL. Enqueue jobs with concurrency keys; every
  * admission, park, promotion and release is decided by the key's decider and appended with
  * optimistic concurrency to the key's stream, by this process's one key writer.
+ *
+ * What goes through it (one pool, one clock, one LISTEN connection per process):
+ * - writes: enqueue, execute, the operator actions and dead-job retries, all by the one KeyWriter;
+ * - the projections of ledgerProjections() (src/projections/ledger-projections.ts): inline in the
+ *   store's appends, or one AsyncProjectionRunner each, started by start();
+ * - the sweeper, the workers (worker()) and the dispatch queue (queue) they read;
+ * - reads of the ledger itself: keyState, keyStateAt, audit, jobHistory, explain, archive;
+ * - reads of the read models and the workers' presence, as LedgerReader (keys, keyDetail, jobs,
+ *   workers, finishedJobs; rebuild and verify), each query in src/adapters/postgres/queries/.
+ * The CLI's commands and the HTTP server reach the database through it (or, read-only, through
+ * LedgerReader.open); `jobledger keys` alone reads the read models on a bare pool, for speed.
  */
-export class Ledger {
+export class Ledger extends LedgerReader {
   readonly store: EventStore;
   readonly queue: PgQueue;
   readonly projectionMode: ProjectionMode;
   private readonly writer: KeyWriter;
   private readonly notifications: Notifications;
   private readonly outages: DatabaseOutages;
-  private readonly pool: pg.Pool;
-  private readonly ownsPool: boolean;
-  private readonly clock: () => number;
   private readonly random: () => number;
   private readonly log: Logger;
-  private readonly workers = new Set<Worker>();
+  /** The workers worker() made, stopped by close(). */
+  private readonly made = new Set<Worker>();
   private readonly sweeper: Sweeper;
   private readonly runners: AsyncProjectionRunner[];
   private readonly cappedQueues: ReadonlySet<string>;
 
   private constructor(parts: LedgerParts) {
-    ({ notifications: this.notifications, outages: this.outages, store: this.store, queue: this.queue, writer: this.writer, pool: this.pool, ownsPool: this.ownsPool, clock: this.clock, random: this.random, log: this.log } = parts);
+    super(parts.pool, parts.ownsPool, parts.clock);
+    ({ notifications: this.notifications, outages: this.outages, store: this.store, queue: this.queue, writer: this.writer, random: this.random, log: this.log } = parts);
     this.projectionMode = parts.mode;
     this.cappedQueues = parts.cappedQueues;
     this.sweeper = new Sweeper(this.writer, this.pool, this.log.child({ component: 'sweeper' }), {
@@ -126,12 +130,12 @@ export class Ledger {
       outages: this.outages,
       ...(parts.sweepIntervalMs === undefined ? {} : { intervalMs: parts.sweepIntervalMs }),
     });
-    const runner = (name: string, projection: ReturnType<typeof createReadModelProjections>, follows?: string) =>
-      new AsyncProjectionRunner({ pool: this.pool, store: parts.store, name, projections: [projection], ...(follows ? { follows } : {}), logger: this.log.child({ component: 'projection' }), outages: this.outages });
     this.runners =
       parts.mode === 'async'
-        ? // The dispatcher builds messages from jl_jobs, so it never runs ahead of the read models.
-          [runner(READ_MODELS, createReadModelProjections()), runner(DISPATCHER, createDispatcher(dispatchQueue), READ_MODELS)]
+        ? parts.projections.map(
+            ({ projection, follows }) =>
+              new AsyncProjectionRunner({ pool: this.pool, store: parts.store, name: projection.name, projections: [projection], ...(follows ? { follows } : {}), logger: this.log.child({ component: 'projection' }), outages: this.outages }),
+          )
         : [];
   }
 
@@ -140,7 +144,7 @@ export class Ledger {
     return this.projectionMode === 'inline';
   }
 
-  static async open(options: LedgerOptions): Promise<Ledger> {
+  static override async open(options: LedgerOptions): Promise<Ledger> {
     const caps = checkQueueCaps(options.queues ?? {});
     const pool = options.pool ?? createPool(options);
     try {
@@ -156,10 +160,10 @@ export class Ledger {
         },
         { outages, timeoutMs: options.waitForDatabaseMs ?? 0, random, clock: Date.now },
       );
-      const inline = mode === 'inline' ? [createReadModelProjections(), createDispatcher(dispatchQueue)] : [];
+      const projections = ledgerProjections(dispatchQueue);
       // One LISTEN connection for the whole process: queue wake-ups, lost leases, subscriptions.
       const notifications = new Notifications(pool.options, outages);
-      const store = new PostgresEventStore(pool, { inline, notifyFlushes: mode === 'async', notifications });
+      const store = new PostgresEventStore(pool, { inline: mode === 'inline' ? projections.map((p) => p.projection) : [], notifyFlushes: mode === 'async', notifications });
       const writer = new KeyWriter(store, store, {
         clock,
         random,
@@ -170,7 +174,7 @@ export class Ledger {
         outages,
       });
       await recordQueueCaps(writer, caps);
-      return new Ledger({ notifications, outages, store, queue: new PgQueue(pool, notifications), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, sweepIntervalMs: options.sweepIntervalMs, cappedQueues: new Set(caps.map(([queue]) => queue)) });
+      return new Ledger({ notifications, outages, store, queue: new PgQueue(pool, notifications), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, projections, sweepIntervalMs: options.sweepIntervalMs, cappedQueues: new Set(caps.map(([queue]) => queue)) });
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;
@@ -224,13 +228,17 @@ export class Ledger {
     return this.writer.load(keyStream(key));
   }
 
-  /** How many of these jobs have finished (completed, dead, cancelled or discarded), from the jobs read model. */
-  async finishedJobs(jobIds: readonly string[]): Promise<number> {
-    const { rows } = await this.pool.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM jl_jobs WHERE job_id = ANY($1) AND status IN ('completed', 'dead', 'cancelled', 'discarded')`,
-      [jobIds],
-    );
-    return rows[0]?.n ?? 0;
+  /**
+   * A key's state folded from its stream after `revision`, or as decided by `at` (epoch ms); when
+   * the key had no event yet then, when its first was. A key with no event at all is refused
+   * (UnknownKeyError).
+   */
+  async keyStateAt(key: string, until: { readonly revision?: number; readonly at?: number }): Promise<KeyStateAsOf> {
+    const folded = await keyStateAt(this.store, keyStream(key), until);
+    if (folded.revision !== 'no_stream') return folded;
+    const [first] = await this.store.readStream(keyStream(key), { fromRevision: 0, maxCount: 1 });
+    if (first === undefined) throw new UnknownKeyError(key);
+    return { firstEventAt: decodeRecorded(first).data.at };
   }
 
   /** Lease ids taken from their holders, as the dispatcher announces them (LEASE_LOST_CHANNEL). */
@@ -238,21 +246,6 @@ export class Ledger {
     return this.notifications.listen(LEASE_LOST_CHANNEL, (leaseId) => {
       if (leaseId) lost(leaseId);
     });
-  }
-
-  /** Every concurrency key: limit, slots in use, parked and scheduled jobs, oldest wait, lease state (read models). */
-  keys(): Promise<KeyRow[]> {
-    return listKeys(this.pool, this.clock());
-  }
-
-  /** One key's holders, parked jobs (promotion order) and scheduled jobs; null for an unknown key (read models). */
-  keyDetail(key: string): Promise<KeyDetail | null> {
-    return keyDetail(this.pool, key, this.clock());
-  }
-
-  /** Jobs, newest first, by key and status, a page at a time (read model jl_jobs). */
-  jobs(filter?: JobFilter): Promise<JobPage> {
-    return listJobs(this.pool, filter);
   }
 
   /** Every slot handoff of a key or of one job, with the events, read from the ledger itself. */
@@ -306,7 +299,7 @@ export class Ledger {
 
   /** Why a job is where it is (its place in line, what it waits on, its holders' leases, its waits), now or as of `at`, from the ledger. */
   explain(input: { readonly jobId: string; readonly at?: number | string | Date }): Promise<Explanation> {
-    return explainJob({ store: this.store, jobStream: this.jobStream, clock: this.clock, liveWorkers: async () => new Set((await listWorkers(this.pool)).filter((w) => w.state === 'live').map((w) => w.id)) }, input);
+    return explainJob({ store: this.store, jobStream: this.jobStream, clock: this.clock, liveWorkers: async () => new Set((await this.workers()).filter((w) => w.state === 'live').map((w) => w.id)) }, input);
   }
 
   /** A job's events across every stream it appears on (its key and its limit keys), in order, with who and why. */
@@ -350,7 +343,7 @@ export class Ledger {
       this.log.child({ component: 'worker', queue: options.queue ?? 'default' }),
       options,
     );
-    this.workers.add(worker);
+    this.made.add(worker);
     return worker;
   }
 
@@ -364,25 +357,15 @@ export class Ledger {
   }
 
   /** Stops the sweeper, the projection runners and any worker still running (gracefully), waits for the writer, then closes the store. */
-  async close(): Promise<void> {
+  override async close(): Promise<void> {
     await this.sweeper.stop();
     await Promise.all(this.runners.map((r) => r.stop()));
-    await Promise.all([...this.workers].map((w) => w.stop()));
+    await Promise.all([...this.made].map((w) => w.stop()));
     await this.writer.drain();
     await this.store.close();
-    if (this.ownsPool) await this.pool.end();
+    await super.close();
   }
 }
-
-/** The pool createLedger makes from `databaseUrl`; exported for a caller that shares it (the HTTP server's metrics). */
-export const createPool = (options: LedgerOptions): pg.Pool => {
-  if (!options.databaseUrl) throw new TypeError('databaseUrl: required (or pass a pg.Pool as pool)');
-  // Pipelining lets a transaction send its projection statements together (src/projections/runner.ts).
-  const pool = new pg.Pool({ connectionString: options.databaseUrl, max: options.poolSize ?? 10, pipeline: true } as pg.PoolConfig);
-  // An idle client losing its connection must not crash the process; the next query reconnects.
-  outagesOf(pool, options.logger ?? createLogger());
-  return pool;
-};
 
 export const createLedger = (options: LedgerOptions): Promise<Ledger> => Ledger.open(options);
 

@@ -1,19 +1,11 @@
-// Projections of the ledger: the read models (jl_*), the dispatcher (queue messages), the runner
-// (inline statements, async runners), rebuild and verify. Ledger.open wires the read models and the dispatcher.
+// Projections of the ledger: the read models (jl_*), the dispatcher (queue messages), applying
+// them (inline statements, async runners, checkpoints), rebuild and verify. Ledger.open wires the read models and the dispatcher.
 export { DISPATCHER, LEASE_LOST_CHANNEL, createDispatcher, projectDispatch, type DispatchMessage, type DispatchQueue } from './dispatcher.js';
 export { isLedgerStream, keyOfStream, statement, type ProjectedEvent, type Projection, type Statement } from './projection.js';
 export { READ_MODELS, READ_MODEL_TABLES, createReadModelProjections, projectReadModels } from './read-models.js';
 export { NotRebuildableError, ProjectionBusyError, rebuild, rebuildSpec, replayInto, type RebuildOptions, type Rebuilt } from './rebuild.js';
 export { verify, type RowDifference, type Verified } from './verify.js';
-export {
-  AsyncProjectionRunner,
-  LeadershipLostError,
-  applyBatch,
-  applyEvents,
-  applyStatements,
-  loadCheckpoint,
-  projectAll,
-  saveCheckpoint,
-  toProjected,
-  type AsyncProjectionRunnerOptions,
-} from './runner.js';
+export { applyBatch, applyEvents, applyStatements, projectAll, toProjected } from './apply.js';
+export { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
+export { LeadershipLostError } from './leader.js';
+export { AsyncProjectionRunner, type AsyncProjectionRunnerOptions } from './runner.js';

@@ -6,7 +6,7 @@ import { JOB_STREAM_PREFIX, KEY_STREAM_PREFIX } from '../domain/streams.js';
 // statements on its read model: a handful of statements per batch, whatever its size, not one per
 // event. It never runs a query itself: whatever it needs from the database it reads inside its
 // statements (INSERT ... SELECT, UPDATE ... FROM), so it can be tested without one, and the
-// runner (./runner.ts) can apply it inline (in the key writer's transaction), from a subscription
+// code of ./apply.ts applies it inline (in the key writer's transaction), from a subscription
 // or in a rebuild with the same code.
 //
 // A batch is events in global order made of WHOLE transactions (so of whole appends): within an

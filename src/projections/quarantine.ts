@@ -1,7 +1,7 @@
 import type { GlobalPosition, JsonObject, StreamRevision } from '../domain/ports/event-store.js';
 import { EventDecodeError, decodeRecorded } from '../domain/recorded.js';
 import { statement, type Statement } from './projection.js';
-import type { Queryable } from './runner.js';
+import type { Queryable } from './transaction.js';
 
 // jl_quarantined (migration 0006): the streams a reader stopped at because one of their events
 // does not decode. Each reader records the streams it meets in the transaction where it goes on

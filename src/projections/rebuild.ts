@@ -4,7 +4,9 @@ import { START, type GlobalPosition, type JsonObject } from '../domain/ports/eve
 import { decodeRecorded } from '../domain/recorded.js';
 import { EVENT_SCHEMA_KEY } from '../domain/upcasters.js';
 import { keyOfStream, type ProjectedEvent, type Projection } from './projection.js';
-import { applyStatements, inTransaction, projectAll, projectionLockSql, saveCheckpoint } from './runner.js';
+import { applyStatements, projectAll } from './apply.js';
+import { projectionLockSql, saveCheckpoint } from './checkpoint.js';
+import { inTransaction } from './transaction.js';
 
 interface ReplayRow {
   /** int8, which pg hands over as a string. */

@@ -1,165 +1,19 @@
-import { createHash } from 'node:crypto';
-import pg from 'pg';
-import type { KeyEvent } from '../domain/events.js';
-import type { HandedOffJob } from '../domain/ports/ledger-store.js';
-import { START, comparePositions, type EventStore, type GlobalPosition, type RecordedEvent, type Subscription } from '../domain/ports/event-store.js';
+import type pg from 'pg';
+import { comparePositions, type EventStore, type RecordedEvent, type Subscription } from '../domain/ports/event-store.js';
 import { silentLogger, type Logger } from '../domain/ports/logger.js';
 import type { Outages } from '../domain/ports/outages.js';
-import { EventDecodeError, decodeRecorded } from '../domain/recorded.js';
-import { keyOfStream, type ProjectedEvent, type Projection, type Statement } from './projection.js';
+import { EventDecodeError } from '../domain/recorded.js';
+import { applyStatements, projectAll, send, toProjected } from './apply.js';
+import { loadCheckpoint, loadCheckpointRow, projectionLockSql, visibleIn } from './checkpoint.js';
+import { AdvisoryLeader, LeadershipLostError } from './leader.js';
+import type { ProjectedEvent, Projection } from './projection.js';
 import { clearQuarantines, loadQuarantines, projectionReader, quarantineOf, recordQuarantines, type Quarantine } from './quarantine.js';
-import { withClient } from './with-client.js';
+import { inTransaction } from './transaction.js';
 
-// Applies projections (./projection.ts) to batches of events. Three ways to run the same code:
-// - inline: the key writer's transaction applies `projectAll(...)` right after its appends
-//   (src/adapters/eventstore/postgres/write-transaction.ts): the read models and the messages
-//   commit with the events, so they can neither lag nor be applied twice;
-// - async: `AsyncProjectionRunner`, a catch-up subscription whose batches (whole transactions)
-//   and checkpoint commit together, one active runner per projection (session advisory lock);
-// - rebuild: ./rebuild.ts, from position zero into emptied tables.
-// A database is projected one way: projections applied both inline and async would apply each
-// event twice (src/adapters/postgres/projection-mode.ts records which).
-
-/** Anything that runs a query: a pg.PoolClient, a pg.Client (inside a transaction), a pg.Pool. */
-export type Queryable = Pick<pg.ClientBase, 'query'>;
-
-/** A recorded event as a projection sees it (decoded: an event that does not decode fails the batch). */
-export const toProjected = (e: RecordedEvent, event: KeyEvent = decodeRecorded(e)): ProjectedEvent => ({
-  event,
-  stream: e.stream,
-  revision: e.revision,
-  key: keyOfStream(e.stream),
-  commit: e.position.commit,
-});
-
-/** Every projection's statements for the batch, in projection order: a later one may read what an earlier one wrote. */
-export const projectAll = (projections: readonly Projection[], events: readonly ProjectedEvent[]): Statement[] =>
-  projections.flatMap((p) => {
-    const mine = events.filter((e) => p.handles(e.stream));
-    return mine.length === 0 ? [] : [...p.project(mine)];
-  });
-
-// Projections use a few fixed texts: preparing each once per connection (a named statement; the
-// name is the text's hash, so one name never means two texts) saves its planning on every batch.
-const names = new Map<string, string>();
-export const statementName = (text: string): string => {
-  let name = names.get(text);
-  if (name === undefined) {
-    name = `jobledger_p_${createHash('sha1').update(text).digest('hex').slice(0, 20)}`;
-    if (names.size < 10_000) names.set(text, name);
-  }
-  return name;
-};
-
-export const send = (db: Queryable, s: Statement) => db.query({ name: statementName(s.text), text: s.text, values: s.values as unknown[] });
-
-/**
- * Runs the statements through `db`, which MUST be inside a transaction the caller ends, in order:
- * all at once on a pipelining client (one round trip), one after the other otherwise (a statement
- * must never be issued after the caller gave up on the transaction). Returns the jobs the
- * 'handedOff' statements describe.
- */
-export async function applyStatements(db: Queryable, statements: readonly Statement[]): Promise<HandedOffJob[]> {
-  const handedOff: HandedOffJob[] = [];
-  const collect = (s: Statement, rows: readonly unknown[]) => {
-    if (s.returns === 'handedOff') handedOff.push(...(rows as HandedOffJob[]));
-  };
-  if ((db as { pipeline?: boolean }).pipeline === true) {
-    const results = statements.map((s) => send(db, s));
-    // Awaited in order below; a failure must not go unhandled while an earlier one is awaited.
-    for (const r of results) r.catch(() => undefined);
-    for (const [i, r] of results.entries()) collect(statements[i]!, (await r).rows);
-  } else {
-    for (const s of statements) collect(s, (await send(db, s)).rows);
-  }
-  return handedOff;
-}
-
-/** Applies recorded events (whole transactions, in global order) to the projections through `db`, inside the caller's transaction. */
-export const applyEvents = (db: Queryable, projections: readonly Projection[], events: readonly RecordedEvent[]): Promise<HandedOffJob[]> =>
-  applyStatements(db, projectAll(projections, events.map((e) => toProjected(e))));
-
-/** Runs `fn` in a transaction on a client of the pool: COMMIT if it returns, ROLLBACK if it throws. */
-export const inTransaction = <T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> =>
-  withClient(pool, async (client, discard) => {
-    await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
-    try {
-      const result = await fn(client);
-      await client.query('COMMIT');
-      return result;
-    } catch (error) {
-      await client.query('ROLLBACK').catch(discard);
-      throw error;
-    }
-  });
-
-/**
- * Applies a batch and (if given) moves the checkpoint `name` to `checkpoint`, in one transaction.
- * The checkpoint never moves back.
- */
-export const applyBatch = (
-  pool: pg.Pool,
-  projections: readonly Projection[],
-  events: readonly RecordedEvent[],
-  options: { readonly checkpoint?: { readonly name: string; readonly to: GlobalPosition } } = {},
-): Promise<void> =>
-  inTransaction(pool, async (client) => {
-    await applyEvents(client, projections, events);
-    if (options.checkpoint) await saveCheckpoint(client, options.checkpoint.name, options.checkpoint.to);
-  });
-
-/** A checkpoint, and the snapshot of a rebuild that applied events past it (null: none). */
-const loadCheckpointRow = async (db: Queryable, projection: string): Promise<{ position: GlobalPosition; snapshot: Snapshot | null }> => {
-  const { rows } = await db.query<{ commit: string; prepare: string; snapshot: string | null }>(
-    'SELECT commit::text AS commit, prepare::text AS prepare, applied_snapshot::text AS snapshot FROM projection_checkpoints WHERE projection = $1',
-    [projection],
-  );
-  const row = rows[0];
-  if (row === undefined) return { position: START, snapshot: null };
-  return { position: { commit: BigInt(row.commit), prepare: BigInt(row.prepare) }, snapshot: row.snapshot === null ? null : parseSnapshot(row.snapshot) };
-};
-
-/** The projection's checkpoint; START when it has none. */
-export async function loadCheckpoint(db: Queryable, projection: string): Promise<GlobalPosition> {
-  return (await loadCheckpointRow(db, projection)).position;
-}
-
-/**
- * Moves the checkpoint forward to `to` (never back, unless forced); true if it moved.
- * `appliedSnapshot`: a rebuild's snapshot (pg_snapshot text), whose events past `to` it applied too.
- */
-export async function saveCheckpoint(
-  db: Queryable,
-  projection: string,
-  to: GlobalPosition,
-  options: { readonly force?: boolean; readonly appliedSnapshot?: string } = {},
-): Promise<boolean> {
-  const result = await db.query(
-    `INSERT INTO projection_checkpoints AS c (projection, commit, prepare, applied_snapshot) VALUES ($1, $2::numeric, $3::numeric, $5::pg_snapshot)
-     ON CONFLICT (projection) DO UPDATE SET commit = excluded.commit, prepare = excluded.prepare, applied_snapshot = excluded.applied_snapshot, updated_at = statement_timestamp()
-     WHERE $4 OR (c.commit, c.prepare) < (excluded.commit, excluded.prepare)`,
-    [projection, to.commit.toString(), to.prepare.toString(), options.force === true, options.appliedSnapshot ?? null],
-  );
-  return (result.rowCount ?? 0) > 0;
-}
-
-interface Snapshot {
-  readonly xmin: bigint;
-  readonly xmax: bigint;
-  readonly running: ReadonlySet<bigint>;
-}
-
-/** pg_snapshot's text form, xmin:xmax:xip,xip,... */
-const parseSnapshot = (text: string): Snapshot => {
-  const [xmin, xmax, xip] = text.split(':');
-  return { xmin: BigInt(xmin!), xmax: BigInt(xmax!), running: new Set((xip ?? '').split(',').filter(Boolean).map(BigInt)) };
-};
-
-/** pg_visible_in_snapshot, for a committed transaction. */
-const visibleIn = (s: Snapshot, txid: bigint): boolean => txid < s.xmin || (txid < s.xmax && !s.running.has(txid));
-
-/** The session advisory lock that makes one async runner (or a rebuild) the projection's only applier. */
-export const projectionLockSql = (param: number): string => `hashtextextended('jobledger:projection:' || $${param}, 0)`;
+// The async projection runner: a catch-up subscription applying a projection's batches and moving
+// its checkpoint in one transaction each, led by one runner per projection at a time (./leader.ts),
+// with streams whose events do not decode held back (quarantined) rather than failing the rest.
+// How statements are made and applied: ./apply.ts; where a projection stands: ./checkpoint.ts.
 
 export interface AsyncProjectionRunnerOptions {
   readonly pool: pg.Pool;
@@ -189,7 +43,12 @@ export interface AsyncProjectionRunnerOptions {
 /** The batch went past the followed checkpoint: what could be applied was; read again from there later. */
 class FollowedBehind extends Error {}
 
-/** Whether the session `pid` ($pidParam) holds the advisory lock of projection $nameParam. */
+/**
+ * Whether the session `pid` ($pidParam) holds the advisory lock of projection $nameParam. The guard
+ * of every write a leading runner makes: its lock connection may be gone (and a successor leading)
+ * before its own 'end' or 'error' arrives, so only the server's pg_locks, read in the writing
+ * transaction, says it still leads.
+ */
 const holdsLockSql = (nameParam: number, pidParam: number): string => `EXISTS (
   SELECT FROM pg_locks l, (SELECT ${projectionLockSql(nameParam)} AS k) h
   WHERE l.locktype = 'advisory' AND l.granted AND l.pid = $${pidParam} AND l.objsubid = 1
@@ -216,11 +75,6 @@ const decodeGoingOn = (events: readonly RecordedEvent[], skip: ReadonlyMap<strin
   }
   return { projected, stopped };
 };
-
-/** The runner's lock connection was lost, or another runner moved the checkpoint: it stops applying. */
-export class LeadershipLostError extends Error {
-  override readonly name = 'LeadershipLostError';
-}
 
 /**
  * Async mode: a catch-up subscription from the checkpoint; each batch (whole transactions) and the
@@ -277,20 +131,14 @@ export class AsyncProjectionRunner {
     const { name, retryMs = 1_000 } = this.options;
     while (!this.stopping) {
       const generation = this.options.outages?.generation;
-      const lock = new pg.Client(this.options.pool.options);
+      let leader: AdvisoryLeader | undefined;
       let subscription: Subscription | undefined;
       let recovery: NodeJS.Timeout | undefined;
-      let lost!: (error: Error) => void;
-      const connectionLost = new Promise<never>((_, reject) => (lost = reject));
-      connectionLost.catch(() => undefined);
-      lock.on('error', (error) => lost(error));
-      lock.on('end', () => lost(new LeadershipLostError('lock connection ended')));
       try {
-        await lock.connect();
-        const { rows } = await lock.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-        const pid = rows[0]!.pid;
-        while (!this.stopping && !(await this.tryLock(lock))) await this.pause(retryMs);
+        leader = await AdvisoryLeader.connect(this.options.pool.options, { key: projectionLockSql(1), values: [name] });
+        while (!this.stopping && !(await leader.tryLead())) await this.pause(retryMs);
         if (this.stopping) return;
+        const { pid } = leader;
         this.leading = true;
         this.held = await loadQuarantines(this.options.pool, this.reader);
         recovery = setInterval(() => {
@@ -312,7 +160,7 @@ export class AsyncProjectionRunner {
             },
             (events) => this.serially(() => this.applyLeading(events, pid)),
           );
-          const ended = await Promise.race([subscription.done.then(() => undefined, (error: unknown) => error), connectionLost, stopped]);
+          const ended = await Promise.race([subscription.done.then(() => undefined, (error: unknown) => error), leader.lost, stopped]);
           await subscription.stop();
           subscription = undefined;
           if (!(ended instanceof FollowedBehind)) {
@@ -331,8 +179,8 @@ export class AsyncProjectionRunner {
         clearInterval(recovery);
         await subscription?.stop();
         await this.applying;
-        // Ending the session lets the lock go.
-        await lock.end().catch(() => undefined);
+        // Ending the session lets the lock go, once the batch in flight is done.
+        await leader?.release();
       }
     }
   }
@@ -341,11 +189,6 @@ export class AsyncProjectionRunner {
     const run = this.applying.then(fn);
     this.applying = run.catch(() => undefined);
     return run;
-  }
-
-  private async tryLock(lock: pg.Client): Promise<boolean> {
-    const { rows } = await lock.query<{ ok: boolean }>(`SELECT pg_try_advisory_lock(${projectionLockSql(1)}) AS ok`, [this.options.name]);
-    return rows[0]!.ok;
   }
 
   /**

@@ -3,7 +3,7 @@ import { isDeepStrictEqual } from 'node:util';
 import type pg from 'pg';
 import type { Projection } from './projection.js';
 import { rebuildSpec, replayInto, type RebuildOptions } from './rebuild.js';
-import { withClient } from './with-client.js';
+import { inTransaction } from './transaction.js';
 
 /** A row where a live table and the ledger's replay disagree. */
 export interface RowDifference {
@@ -47,9 +47,9 @@ const BOOKKEEPING = ['projection_checkpoints'];
  */
 export async function verify(pool: pg.Pool, projection: Projection, options: RebuildOptions = {}): Promise<Verified> {
   const spec = rebuildSpec(projection);
-  return withClient(pool, async (client, discard) => {
-    await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
-    try {
+  return inTransaction(
+    pool,
+    async (client) => {
       const id = (name: string) => client.escapeIdentifier(name);
       const tables = [...spec.tables];
       const { rows: located } = await client.query<{ name: string; schema: string }>(
@@ -77,10 +77,9 @@ export async function verify(pool: pg.Pool, projection: Projection, options: Reb
         differences.push(...found.differences);
       }
       return { projection: projection.name, events, rows, differences };
-    } finally {
-      await client.query('ROLLBACK').catch(discard);
-    }
-  });
+    },
+    { rollback: true },
+  );
 }
 
 /** Rows of `live` and `replayed` (same columns) matched on the live table's primary key. */

@@ -18,10 +18,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { largestOverlap, type TimedRun } from '../../src/adapters/cli/commands/demo.js';
 import { createLedger } from '../../src/adapters/ledger.js';
 import { startEmbeddedPostgres, type EmbeddedServer } from '../../src/adapters/postgres/embedded-server.js';
-import { runCli } from '../support/cli.js';
+import { CLI, runCli } from '../support/cli.js';
 import { postmasters } from '../support/postmasters.js';
 
-const CLI = new URL('../../dist/src/adapters/cli/main.js', import.meta.url).pathname;
 const HANDLERS = new URL('../fixtures/file-recording-handlers.mjs', import.meta.url).pathname;
 
 const JOBS = 1_200;

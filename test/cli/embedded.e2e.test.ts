@@ -6,14 +6,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { runCliWith } from '../support/cli.js';
+import { CLI, runCliWith } from '../support/cli.js';
 import { postmasters } from '../support/postmasters.js';
 import { until } from '../support/until.js';
 
 // The built CLI with no DATABASE_URL: every process uses the embedded PostgreSQL in
 // JOBLEDGER_HOME, shared through leases (src/adapters/postgres/embedded-server.ts).
 
-const CLI = new URL('../../dist/src/adapters/cli/main.js', import.meta.url).pathname;
 const HANDLERS = new URL('../fixtures/noop-handlers.mjs', import.meta.url).pathname;
 // Under the OS temp dir, world-searchable: as root, postgres runs as user `postgres` and must reach it.
 const base = join(tmpdir(), `jobledger-embedded-e2e-${process.pid}-${randomBytes(4).toString('hex')}`);

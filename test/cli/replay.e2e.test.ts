@@ -4,12 +4,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { manualClock, randomRun } from '../projections/support.js';
-import { runCli } from '../support/cli.js';
+import { CLI, runCli } from '../support/cli.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 
 // `jobledger replay` as a subprocess (the built CLI) on a database after a workload.
 
-const CLI = new URL('../../dist/src/adapters/cli/main.js', import.meta.url).pathname;
 const run = promisify(execFile);
 
 let db: MigratedDatabase;

@@ -2,10 +2,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { CLI } from '../support/cli.js';
 
 // `jobledger serve` as a subprocess (the built CLI): binding, the token, and a clean stop.
 
-const CLI = new URL('../../dist/src/adapters/cli/main.js', import.meta.url).pathname;
 
 let db: TestDatabase;
 let pool: pg.Pool;

@@ -1,13 +1,20 @@
 // The behaviour every EventStore adapter must show. An adapter's *.int.test.ts calls
 // eventStoreContract with a setup that gives a store; the store may be shared with other tests
 // (as an EventStoreDB server is), so every case works in streams of its own prefix.
+//
+// A store may lack a capability (EventStoreCapabilities). It must then refuse the operation with
+// an error named UnsupportedOperationError whose `operation` names it, writing nothing; the case
+// that needs the capability is run as that check instead, and its name says so — a store's run
+// never passes over a case without saying which and why.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   comparePositions,
+  UnsupportedOperationError,
   WrongExpectedRevisionError,
   type EventStore,
+  type EventStoreCapabilities,
   type EventToAppend,
   type ExpectedRevision,
   type RecordedEvent,
@@ -24,6 +31,8 @@ export interface EventStoreFixture {
    */
   readonly holdOpenTransaction?: (stream: string, event: EventToAppend) => Promise<() => Promise<void>>;
 }
+
+export const ALL_CAPABILITIES: EventStoreCapabilities = { atomicMultiStreamAppend: true, eventIdLookup: true };
 
 type WithEventId = EventToAppend & { readonly eventId: string };
 
@@ -66,10 +75,27 @@ async function conflict(promise: Promise<unknown>): Promise<WrongExpectedRevisio
 
 const ids = (events: readonly RecordedEvent[]): string[] => events.map((e) => e.eventId);
 
-export function eventStoreContract(name: string, setup: () => Promise<EventStoreFixture>): void {
+/** The refusal a store without the capability must give (each caller then checks that nothing was written). */
+async function refused(promise: Promise<unknown>, operation: string): Promise<void> {
+  const error = await promise.then(() => undefined, (e: unknown) => e);
+  expect(error).toBeInstanceOf(UnsupportedOperationError);
+  expect(error).toMatchObject({ operation });
+}
+
+export function eventStoreContract(name: string, setup: () => Promise<EventStoreFixture>, capabilities: EventStoreCapabilities = ALL_CAPABILITIES): void {
   describe(`EventStore contract: ${name}`, () => {
     let fixture: EventStoreFixture;
     let store: EventStore;
+    /** The case `title` when the store has `capability`, else the check that it refuses what the case needs. */
+    const needs = (capability: keyof EventStoreCapabilities, title: string, run: () => Promise<void>, refusal: () => Promise<void>): void => {
+      if (capabilities[capability]) it(title, run);
+      else it(`${title} — not supported by ${name} (${capability}: false): refused with UnsupportedOperationError, nothing written`, refusal);
+    };
+    /** Several streams in one appendMany where the store can, else one append after the other (what its callers must do). */
+    const appendAcross = async (appends: Parameters<EventStore['appendMany']>[0]): Promise<void> => {
+      if (capabilities.atomicMultiStreamAppend) await store.appendMany(appends);
+      else for (const a of appends) await store.append(a.stream, a.expected, a.events);
+    };
 
     beforeAll(async () => {
       fixture = await setup();
@@ -164,7 +190,7 @@ export function eventStoreContract(name: string, setup: () => Promise<EventStore
       expect(await store.readStream(stream)).toHaveLength(5);
     });
 
-    it('appendMany writes several streams at once and answers in the order asked', async () => {
+    needs('atomicMultiStreamAppend', 'appendMany writes several streams at once and answers in the order asked', async () => {
       const p = uniquePrefix();
       await store.append(`${p}b`, 'no_stream', [event('B0')]);
       const results = await store.appendMany([
@@ -182,9 +208,58 @@ export function eventStoreContract(name: string, setup: () => Promise<EventStore
         expect(read.at(-1)!.position).toEqual(result.position);
       }
       expect(await store.appendMany([])).toEqual([]);
+    }, async () => {
+      const p = uniquePrefix();
+      await store.append(`${p}b`, 'no_stream', [event('B0')]);
+      await refused(
+        store.appendMany([
+          { stream: `${p}c`, expected: 'no_stream', events: [event('C0'), event('C1')] },
+          { stream: `${p}b`, expected: 0, events: [event('B1')] },
+        ]),
+        'appendMany',
+      );
+      expect(await store.readStream(`${p}c`)).toEqual([]);
+      expect((await store.readStream(`${p}b`)).map((e) => e.type)).toEqual(['B0']);
+      expect(await store.appendMany([])).toEqual([]);
     });
 
-    it('appendMany with one conflicting stream writes nothing to any stream and names that stream', async () => {
+    it('appendMany naming one stream several times writes it in the order asked, each append expecting what the ones before wrote', async () => {
+      const stream = `${uniquePrefix()}s`;
+      const results = await store.appendMany([
+        { stream, expected: 'no_stream', events: [event('A0'), event('A1')] },
+        { stream, expected: 1, events: [event('A2')] },
+        { stream, expected: 'any', events: [event('A3')] },
+      ]);
+      expect(results.map((r) => [r.stream, r.nextExpectedRevision])).toEqual([
+        [stream, 1],
+        [stream, 2],
+        [stream, 3],
+      ]);
+      const read = await store.readStream(stream);
+      expect(read.map((e) => e.type)).toEqual(['A0', 'A1', 'A2', 'A3']);
+      expect(results.map((r) => r.position)).toEqual([read[1]!.position, read[2]!.position, read[3]!.position]);
+
+      // The second expects what the stream was at before the first: refused, and neither is written.
+      const error = await conflict(
+        store.appendMany([
+          { stream, expected: 3, events: [event('B0')] },
+          { stream, expected: 3, events: [event('B1')] },
+        ]),
+      );
+      expect(error).toMatchObject({ stream, expected: 3, actual: 4 });
+      // Where the first is unchecked, a later one expecting what the stream cannot be at after it is named.
+      expect(
+        await conflict(
+          store.appendMany([
+            { stream, expected: 'any', events: [event('C0')] },
+            { stream, expected: 0, events: [event('C1')] },
+          ]),
+        ),
+      ).toMatchObject({ stream, expected: 0, actual: 4 });
+      expect(await store.readStream(stream)).toHaveLength(4);
+    });
+
+    needs('atomicMultiStreamAppend', 'appendMany with one conflicting stream writes nothing to any stream and names that stream', async () => {
       const p = uniquePrefix();
       await store.append(`${p}a`, 'no_stream', [event('A0')]);
       await store.append(`${p}z`, 'no_stream', [event('Z0')]);
@@ -200,9 +275,22 @@ export function eventStoreContract(name: string, setup: () => Promise<EventStore
       expect((await store.readStream(`${p}a`)).map((e) => e.type)).toEqual(['A0']);
       expect(await store.readStream(`${p}m`)).toEqual([]);
       expect((await store.readStream(`${p}z`)).map((e) => e.type)).toEqual(['Z0']);
+    }, async () => {
+      const p = uniquePrefix();
+      await store.append(`${p}a`, 'no_stream', [event('A0')]);
+      // Refused for spanning streams before any expected revision is looked at.
+      await refused(
+        store.appendMany([
+          { stream: `${p}z`, expected: 3, events: [event('Z1')] },
+          { stream: `${p}a`, expected: 0, events: [event('A1')] },
+        ]),
+        'appendMany',
+      );
+      expect((await store.readStream(`${p}a`)).map((e) => e.type)).toEqual(['A0']);
+      expect(await store.readStream(`${p}z`)).toEqual([]);
     });
 
-    it('tells which of some event ids it holds', async () => {
+    needs('eventIdLookup', 'tells which of some event ids it holds', async () => {
       const stream = `${uniquePrefix()}s`;
       const held = [event('A'), event('B')];
       await store.append(stream, 'no_stream', held);
@@ -211,6 +299,10 @@ export function eventStoreContract(name: string, setup: () => Promise<EventStore
       const asked = [held[1]!.eventId, randomUUID(), refused.eventId, held[0]!.eventId.toUpperCase(), 'not-a-uuid'];
       expect(await store.recordedEventIds(asked)).toEqual(new Set([held[1]!.eventId, held[0]!.eventId.toUpperCase()]));
       expect(await store.recordedEventIds([])).toEqual(new Set());
+    }, async () => {
+      const held = event('A');
+      await store.append(`${uniquePrefix()}s`, 'no_stream', [held]);
+      await refused(store.recordedEventIds([held.eventId]), 'recordedEventIds');
     });
 
     it('readStream honours fromRevision and maxCount', async () => {
@@ -299,7 +391,7 @@ export function eventStoreContract(name: string, setup: () => Promise<EventStore
       });
       const expected = [event('One'), event('Two'), event('Three')];
       await store.append(`${p}s`, 0, [expected[0]!]);
-      await store.appendMany([
+      await appendAcross([
         { stream: `${p}t`, expected: 'no_stream', events: [expected[1]!] },
         { stream: `${p}u`, expected: 'no_stream', events: [expected[2]!] },
       ]);
@@ -351,8 +443,8 @@ export function eventStoreContract(name: string, setup: () => Promise<EventStore
 
       const writer = async (w: number): Promise<void> => {
         for (let i = 0; i < APPENDS; i++) {
-          // Every tenth append spans two streams, in one transaction.
-          const targets = i % 10 === 9 ? [...new Set([pick(), pick()])] : [pick()];
+          // Every tenth append spans two streams, in one transaction (where the store has them).
+          const targets = i % 10 === 9 && capabilities.atomicMultiStreamAppend ? [...new Set([pick(), pick()])] : [pick()];
           const events = new Map(targets.map((stream) => [stream, event('Tick', { w, i })]));
           for (;;) {
             const appends = targets.map((stream) => ({

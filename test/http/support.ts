@@ -35,7 +35,7 @@ export interface TestServer {
 export const startTestServer = async (options: { bodyLimit?: number; inlineProjections?: boolean; loopbackOnly?: boolean; tokens?: readonly AccessToken[] } = {}): Promise<TestServer> => {
   const db = await createMigratedDatabase(10, { pipeline: true });
   const ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger, ...(options.inlineProjections === false ? { inlineProjections: false } : {}) });
-  const app = await createHttpServer({ ledger, db: db.pool, token: TOKEN, loopbackOnly: options.loopbackOnly ?? true, ...(options.bodyLimit ? { bodyLimit: options.bodyLimit } : {}), ...(options.tokens ? { tokens: options.tokens } : {}) });
+  const app = await createHttpServer({ ledger, token: TOKEN, loopbackOnly: options.loopbackOnly ?? true, ...(options.bodyLimit ? { bodyLimit: options.bodyLimit } : {}), ...(options.tokens ? { tokens: options.tokens } : {}) });
   const url = await app.listen({ port: 0, host: '127.0.0.1' });
   const eventCount = async () => (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n;
   const json = async (response: Response) => ({ status: response.status, body: await response.json() });

@@ -11,7 +11,9 @@ import { DISPATCHER, createDispatcher } from '../../src/projections/dispatcher.j
 import { statement, type Projection } from '../../src/projections/projection.js';
 import { READ_MODELS, createReadModelProjections } from '../../src/projections/read-models.js';
 import { ProjectionBusyError, rebuild } from '../../src/projections/rebuild.js';
-import { AsyncProjectionRunner, applyBatch, applyEvents, loadCheckpoint, projectionLockSql } from '../../src/projections/runner.js';
+import { applyBatch, applyEvents } from '../../src/projections/apply.js';
+import { loadCheckpoint, projectionLockSql } from '../../src/projections/checkpoint.js';
+import { AsyncProjectionRunner } from '../../src/projections/runner.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import {
   DISPATCH_BATCHES_TABLE,

@@ -6,7 +6,7 @@ import { mk, type KeyEvent } from '../../src/domain/events.js';
 import { fold, initialKeyState } from '../../src/domain/key-state.js';
 import { keyOfStream, type ProjectedEvent } from '../../src/projections/projection.js';
 import { READ_MODEL_TABLES, projectReadModels } from '../../src/projections/read-models.js';
-import { applyStatements } from '../../src/projections/runner.js';
+import { applyStatements } from '../../src/projections/apply.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { runScenario, scenarioArb, type Scenario } from '../domain/arbitraries.js';
 import { READ_MODEL_KEYS, prng, readModelView, viewOfState, type KeyView } from './support.js';

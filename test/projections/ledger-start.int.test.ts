@@ -4,7 +4,7 @@ import { ProjectionModeError } from '../../src/adapters/postgres/projection-mode
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { DISPATCHER } from '../../src/projections/dispatcher.js';
 import { READ_MODELS } from '../../src/projections/read-models.js';
-import { projectionLockSql } from '../../src/projections/runner.js';
+import { projectionLockSql } from '../../src/projections/checkpoint.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { count, waitFor } from './support.js';
 

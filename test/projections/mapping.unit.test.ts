@@ -29,7 +29,7 @@ import {
   projectReadModels,
 } from '../../src/projections/read-models.js';
 import { NotRebuildableError, rebuildSpec } from '../../src/projections/rebuild.js';
-import { projectAll, toProjected } from '../../src/projections/runner.js';
+import { projectAll, toProjected } from '../../src/projections/apply.js';
 
 // The batch mappings, without a database: what each projection asks for a batch of events. The
 // rows these statements write are held to the fold by inline/rebuild/batching.int.test.ts.

@@ -13,7 +13,7 @@ import { createDispatcher } from '../../src/projections/dispatcher.js';
 import { statement, type Projection } from '../../src/projections/projection.js';
 import { READ_MODELS, READ_MODEL_TABLES, createReadModelProjections } from '../../src/projections/read-models.js';
 import { NotRebuildableError, ProjectionBusyError, REPLAY_SQL, rebuild, rebuildSpec, replayInto } from '../../src/projections/rebuild.js';
-import { loadCheckpoint, projectionLockSql } from '../../src/projections/runner.js';
+import { loadCheckpoint, projectionLockSql } from '../../src/projections/checkpoint.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { count, expectOneMessagePerAdmission, expectReadModelsMatchFold, manualClock, randomRun, readModelRows, waitFor } from './support.js';
 

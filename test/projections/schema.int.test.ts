@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SWEEP_CANDIDATES_SQL } from '../../src/adapters/worker/sweeper.js';
+import { SWEEP_CANDIDATES_SQL } from '../../src/adapters/postgres/queries/sweep-candidates.js';
 import { mk } from '../../src/domain/events.js';
 import { UPDATE_JOBS_SQL, UPDATE_SLOTS_SQL, projectReadModels } from '../../src/projections/read-models.js';
-import { applyStatements } from '../../src/projections/runner.js';
+import { applyStatements } from '../../src/projections/apply.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 
 // The read models' schema after migration 0005 (set-based writes), and the plans of the queries

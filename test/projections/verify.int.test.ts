@@ -4,7 +4,7 @@ import { dispatchQueue } from '../../src/adapters/queue/pg-queue.js';
 import { createDispatcher } from '../../src/projections/dispatcher.js';
 import { createReadModelProjections } from '../../src/projections/read-models.js';
 import { NotRebuildableError, ProjectionBusyError } from '../../src/projections/rebuild.js';
-import { projectionLockSql } from '../../src/projections/runner.js';
+import { projectionLockSql } from '../../src/projections/checkpoint.js';
 import { verify } from '../../src/projections/verify.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { manualClock, randomRun } from './support.js';

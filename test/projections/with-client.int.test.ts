@@ -2,7 +2,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrate } from '../../src/adapters/postgres/migrations.js';
 import { createReadModelProjections } from '../../src/projections/read-models.js';
-import { inTransaction } from '../../src/projections/runner.js';
+import { inTransaction } from '../../src/projections/transaction.js';
 import { verify } from '../../src/projections/verify.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { until } from '../support/until.js';

@@ -1,11 +1,15 @@
 import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { expect } from 'vitest';
 
 // The built CLI (npm test builds it first) as a subprocess, against a test database or the embedded PostgreSQL.
 
 const exec = promisify(execFile);
-const CLI = new URL('../../dist/src/adapters/cli/main.js', import.meta.url).pathname;
+
+const { bin } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { bin: { jobledger: string } };
+/** The CLI as shipped: package.json's "bin", the bundle rolldown.config.ts builds. */
+export const CLI = new URL(`../../${bin.jobledger}`, import.meta.url).pathname;
 
 export interface CliResult {
   readonly code: number;

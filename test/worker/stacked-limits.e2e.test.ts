@@ -16,11 +16,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { keyStream } from '../../src/domain/streams.js';
-import { runCli } from '../support/cli.js';
+import { CLI, runCli } from '../support/cli.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { until } from '../support/until.js';
 
-const CLI = new URL('../../dist/src/adapters/cli/main.js', import.meta.url).pathname;
 const HANDLERS = new URL('../fixtures/stacked-handlers.mjs', import.meta.url).pathname;
 const RUNS_FILE = join(tmpdir(), `jobledger-stacked-${process.pid}-${randomBytes(4).toString('hex')}.jsonl`);
 

@@ -8,6 +8,7 @@ import type { RecordedEvent } from '../../src/domain/ports/event-store.js';
 import { keyStream } from '../../src/domain/streams.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { until as untilWithin } from '../support/until.js';
+import { CLI } from '../support/cli.js';
 
 /** Worker processes on a loaded machine: a minute for each condition. */
 const until = <T>(probe: () => Promise<T>, done: (t: T) => boolean, what: string, timeoutMs = 60_000): Promise<T> => untilWithin(probe, done, what, timeoutMs);
@@ -16,7 +17,6 @@ const until = <T>(probe: () => Promise<T>, done: (t: T) => boolean, what: string
 // (test/fixtures/recording-handlers.mjs) record each run's start and end in `runs`. The test
 // process enqueues and runs the sweeper.
 
-const CLI = new URL('../../dist/src/adapters/cli/main.js', import.meta.url).pathname;
 const HANDLERS = new URL('../fixtures/recording-handlers.mjs', import.meta.url).pathname;
 
 interface Run {

@@ -1,6 +1,7 @@
 import { silentLogger, type Logger } from '../../domain/ports/logger.js';
 import type pg from 'pg';
 import type { Ledger, LedgerOptions } from '../ledger.js';
+import type { LedgerReader, LedgerReaderOptions } from '../ledger-reader.js';
 
 // What every command gets. Light on purpose: each command file imports it at registration, and
 // `--help` or `--version` must not load the ledger, PostgreSQL's driver or pino; those are
@@ -48,8 +49,8 @@ export const withDatabase = async <T>(ctx: CommandContext, run: (url: string) =>
 
 /**
  * Opens the database and a pool of `poolSize` connections on its schema (migrated) for a command
- * that reads tables, not the ledger (keys, replay): it does not load the ledger, whose modules are
- * most of such a command's start-up.
+ * that reads tables, not the ledger (keys): it does not load the ledger, whose modules are most
+ * of such a command's start-up.
  */
 export const withPool = <T>(ctx: CommandContext, run: (pool: pg.Pool) => Promise<T>, poolSize = 1): Promise<T> =>
   withDatabase(ctx, async (url) => {
@@ -64,14 +65,29 @@ export const withPool = <T>(ctx: CommandContext, run: (pool: pg.Pool) => Promise
     }
   });
 
+/** Runs `run` on what `open` opened, and closes it after, whatever `run` did. */
+const closing = async <R extends { close(): Promise<void> }, T>(opened: Promise<R>, run: (r: R) => Promise<T>): Promise<T> => {
+  const r = await opened;
+  try {
+    return await run(r);
+  } finally {
+    await r.close();
+  }
+};
+
 /** Opens the database (DATABASE_URL or embedded) and the ledger for one command, and closes both after it. */
 export const withLedger = <T>(ctx: CommandContext, run: (ledger: Ledger) => Promise<T>, options: Partial<LedgerOptions> = {}): Promise<T> =>
   withDatabase(ctx, async (url) => {
     const { createLedger } = await import('../ledger.js');
-    const ledger = await createLedger({ databaseUrl: url, logger: ctx.logger, poolSize: 4, ...options });
-    try {
-      return await run(ledger);
-    } finally {
-      await ledger.close();
-    }
+    return closing(createLedger({ databaseUrl: url, logger: ctx.logger, poolSize: 4, ...options }), run);
+  });
+
+/**
+ * As withLedger, for a command that only reads: the ledger's read side (LedgerReader), which
+ * records nothing on open, on a pool of `poolSize` connections.
+ */
+export const withReader = <T>(ctx: CommandContext, run: (reader: LedgerReader) => Promise<T>, options: Partial<LedgerReaderOptions> = {}): Promise<T> =>
+  withDatabase(ctx, async (url) => {
+    const { LedgerReader } = await import('../ledger-reader.js');
+    return closing(LedgerReader.open({ databaseUrl: url, logger: ctx.logger, poolSize: 1, ...options }), run);
   });

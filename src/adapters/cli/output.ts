@@ -2,7 +2,8 @@ import { createRequire } from 'node:module';
 import type TableType from 'cli-table3';
 
 // cli-table3 is required when a table is drawn, not when a command registers: commands that
-// print none (and --help) do not load it.
+// print none (and --help) do not load it. The CLI's bundle leaves this require alone, so there too
+// it is loaded from node_modules, when a table is drawn.
 const require = createRequire(import.meta.url);
 
 export interface Output {

@@ -2,12 +2,9 @@ import type { FastifyInstance } from 'fastify';
 import { Gauge, Registry } from 'prom-client';
 import type { Ledger } from '../ledger.js';
 import { HOLDER_STATES } from '../postgres/queries/holder-state.js';
-import { TOP_KEYS, readLedgerMetrics, type LedgerMetrics } from '../postgres/queries/ledger-metrics.js';
+import { TOP_KEYS, type LedgerMetrics } from '../postgres/queries/ledger-metrics.js';
 import { JobStatus } from '../postgres/queries/list-jobs.js';
-import { listQueues, type QueueRow } from '../postgres/queries/queues.js';
-import { DISPATCHER } from '../../projections/dispatcher.js';
-import { READ_MODELS } from '../../projections/read-models.js';
-import type { Queryable } from '../../projections/runner.js';
+import type { QueueRow } from '../postgres/queries/queues.js';
 
 // GET /metrics: the dashboard's figures in Prometheus text format (prom-client), read fresh on each
 // scrape: one statement for the read models, workers, projection lag and ledger size, one for the
@@ -16,7 +13,7 @@ import type { Queryable } from '../../projections/runner.js';
 
 type Figures = LedgerMetrics & { readonly queueMetrics: readonly QueueRow[] };
 
-export const registerMetrics = (app: FastifyInstance, ledger: Ledger, db: Queryable): void => {
+export const registerMetrics = (app: FastifyInstance, ledger: Ledger): void => {
   const registry = new Registry();
   const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[], set: (g: Gauge<L>, f: Figures) => void) => {
     const g = new Gauge<L>({ name: `jobledger_${name}`, help, labelNames, registers: [registry] });
@@ -86,10 +83,10 @@ export const registerMetrics = (app: FastifyInstance, ledger: Ledger, db: Querya
     }),
   ];
   const read = async (): Promise<Figures> => {
-    const async = ledger.projectionMode === 'async' ? [READ_MODELS, DISPATCHER] : [];
-    const [figures, queueMetrics] = await Promise.all([readLedgerMetrics(db, async), listQueues(db)]);
+    const async = ledger.projectionMode === 'async' ? ledger.projections : [];
+    const [figures, queueMetrics] = await Promise.all([ledger.metrics(async), ledger.queues()]);
     // Inline projections apply in the append's transaction: never behind.
-    const projectionLag = async.length > 0 ? figures.projectionLag : [READ_MODELS, DISPATCHER].map((projection) => ({ projection, events: 0, seconds: 0 }));
+    const projectionLag = async.length > 0 ? figures.projectionLag : ledger.projections.map((projection) => ({ projection, events: 0, seconds: 0 }));
     return { ...figures, queueMetrics, projectionLag };
   };
   // Scrapes take turns: each sets every gauge, then renders them; interleaved, one could render

@@ -3,7 +3,6 @@ import { RefusedError, UnknownJobError, UnknownKeyError } from '../../domain/err
 import { silentLogger, type Logger } from '../../domain/ports/logger.js';
 import { EventDecodeError } from '../../domain/recorded.js';
 import { MAX_ARGS_BYTES, ValidationError } from '../../domain/values.js';
-import type { Queryable } from '../../projections/runner.js';
 import type { Ledger } from '../ledger.js';
 import { operatorName, requireLoopbackHost, requireToken, type AccessToken } from './auth.js';
 import { registerMetrics } from './metrics.js';
@@ -15,8 +14,6 @@ import { registerWorkerRoutes } from './routes/workers.js';
 
 export interface HttpServerOptions {
   readonly ledger: Ledger;
-  /** The ledger's database, for the figures of /metrics, the workers and the queues. */
-  readonly db: Queryable;
   /** The shared bearer token (JOBLEDGER_TOKEN): its actions are recorded under the body's `by` or the client's address. */
   readonly token?: string;
   /** Further tokens, each of one operator (JOBLEDGER_TOKENS, see resolveTokens); every mutating route requires one of these or `token`. */
@@ -81,13 +78,13 @@ export const createHttpServer = async (options: HttpServerOptions): Promise<Fast
   });
   app.setNotFoundHandler(async (request, reply) => reply.code(404).send({ error: `no route ${request.method} ${request.url.split('?')[0]}` } satisfies ErrorBody));
   registerPage(app);
-  registerKeyRoutes(app, options.ledger, options.db);
-  registerWorkerRoutes(app, options.db);
+  registerKeyRoutes(app, options.ledger);
+  registerWorkerRoutes(app, options.ledger);
   registerJobRoutes(app, options.ledger);
   registerAuditRoutes(app, options.ledger);
   /** Who the bearer token stands for: `{ name }`, null for the shared token (a POST: only mutating routes check the token). */
   app.post('/api/whoami', async (request) => ({ name: operatorName(request) }));
-  registerMetrics(app, options.ledger, options.db);
+  registerMetrics(app, options.ledger);
   await app.ready();
   return app;
 };

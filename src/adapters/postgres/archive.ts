@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { inTransaction } from '../../projections/runner.js';
+import { inTransaction } from '../../projections/transaction.js';
 
 // Retention: the events of jobs that finished before a cut move from `events` to
 // `events_archive` (migration 0010), stream by stream, a few streams per transaction. Every

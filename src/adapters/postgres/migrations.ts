@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { withClient } from '../../projections/with-client.js';
+import { inTransaction } from '../../projections/transaction.js';
 import { eventStore } from './migrations/0001-event-store.js';
 import { queue } from './migrations/0002-queue.js';
 import { readModels } from './migrations/0003-read-models.js';
@@ -10,6 +10,7 @@ import { pausedKeys } from './migrations/0007-paused-keys.js';
 import { limitKeys } from './migrations/0008-limit-keys.js';
 import { workers } from './migrations/0009-workers.js';
 import { eventArchive } from './migrations/0010-event-archive.js';
+import { queueName } from './migrations/0011-queue-name.js';
 
 export interface Migration {
   /** Applied in increasing order; never renumber or edit one that has shipped, append a new one. */
@@ -19,7 +20,7 @@ export interface Migration {
   readonly sql: string;
 }
 
-export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive];
+export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName];
 
 /**
  * Applies the pending migrations, all in one transaction: a process sees the whole schema or the
@@ -27,30 +28,24 @@ export const migrations: readonly Migration[] = [eventStore, queue, readModels, 
  * them take turns, and each re-reads schema_migrations once it holds the lock.
  */
 export const migrate = (pool: pg.Pool): Promise<void> =>
-  withClient(pool, async (client, discard) => {
-    try {
-      await client.query('BEGIN');
-      await client.query(`SELECT pg_advisory_xact_lock(hashtextextended('jobledger:migrate', 0))`);
-      await client.query(`
-        CREATE TABLE IF NOT EXISTS schema_migrations (
-          version    integer PRIMARY KEY,
-          name       text NOT NULL,
-          applied_at timestamptz NOT NULL DEFAULT now()
-        )`);
-      const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
-      const applied = new Set(rows.map((row) => row.version));
-      for (const migration of migrations) {
-        if (applied.has(migration.version)) continue;
-        await client.query(migration.sql);
-        await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [
-          migration.version,
-          migration.name,
-        ]);
-      }
-      await client.query('COMMIT');
-    } catch (error) {
-      // Closing the connection rolls back and frees the lock, whatever state the failure left it in.
-      discard();
-      throw error;
+  inTransaction(pool, async (client) => {
+    // Waits for another process's migrations; READ COMMITTED (inTransaction's), so the SELECT
+    // below, a statement after the wait, sees the versions that process committed.
+    await client.query(`SELECT pg_advisory_xact_lock(hashtextextended('jobledger:migrate', 0))`);
+    await client.query(`
+      CREATE TABLE IF NOT EXISTS schema_migrations (
+        version    integer PRIMARY KEY,
+        name       text NOT NULL,
+        applied_at timestamptz NOT NULL DEFAULT now()
+      )`);
+    const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
+    const applied = new Set(rows.map((row) => row.version));
+    for (const migration of migrations) {
+      if (applied.has(migration.version)) continue;
+      await client.query(migration.sql);
+      await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [
+        migration.version,
+        migration.name,
+      ]);
     }
   });

@@ -1,6 +1,8 @@
 import type pg from 'pg';
 import type { DispatchQueue } from '../../projections/dispatcher.js';
 import type { Statement } from '../../projections/projection.js';
+import type { Queryable } from '../../projections/transaction.js';
+import { QueueName } from '../../domain/values.js';
 import { Notifications } from '../postgres/listener.js';
 
 /**
@@ -18,9 +20,6 @@ import { Notifications } from '../postgres/listener.js';
  * pool in a transaction of its own. Every statement below is ONE statement on purpose, so it is
  * atomic on its own and never needs a transaction of ours.
  */
-
-/** Anything that runs a query: a pg.Pool, a pg.PoolClient, a pg.Client. */
-export type Queryable = Pick<pg.ClientBase, 'query'>;
 
 export interface QueueMessage<T = unknown> {
   /** bigint, as a decimal string. */
@@ -48,15 +47,14 @@ export interface QueueMetrics {
 /** NOTIFY channel of sends; the payload is the queue name. */
 export const QUEUE_CHANNEL = 'jobledger_queue';
 
-const QUEUE_NAME = /^[A-Za-z0-9_.-]{1,63}$/;
 const MSG_ID = /^[0-9]{1,19}$/;
 
-/** A queue name that is not 1-63 letters, digits, "_", "." or "-". Nothing was written. */
+/** A queue name that is not a QueueName (the domain's one rule: 1-63 letters, digits, "_", "." or "-", not starting with "." or "-"). Nothing was written. */
 export class InvalidQueueNameError extends RangeError {
   override readonly name = 'InvalidQueueNameError';
   constructor(readonly queue: unknown) {
     super(
-      `Invalid queue name ${JSON.stringify(queue)}: \`queue\` must be 1-63 characters, each a letter, digit, "_", "." or "-"`,
+      `Invalid queue name ${JSON.stringify(queue)}: \`queue\` must be 1-63 characters, each a letter, digit, "_", "." or "-", the first not "." or "-"`,
     );
   }
 }
@@ -259,7 +257,7 @@ export class PgQueue {
 }
 
 function checkQueue(queue: string): void {
-  if (typeof queue !== 'string' || !QUEUE_NAME.test(queue)) throw new InvalidQueueNameError(queue);
+  if (typeof queue !== 'string' || !QueueName.is(queue)) throw new InvalidQueueNameError(queue);
 }
 
 function checkMsgId(msgId: string): void {

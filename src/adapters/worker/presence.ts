@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import type { Logger } from '../../domain/ports/logger.js';
 import type { Outages } from '../../domain/ports/outages.js';
-import type { Queryable } from '../../projections/runner.js';
+import type { Queryable } from '../../projections/transaction.js';
 
 // A worker's presence row (the workers table, migration 0009): written when it starts, refreshed
 // on each heartbeat, marked stopped on a graceful stop. A worker killed outright writes nothing

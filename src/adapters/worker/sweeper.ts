@@ -1,25 +1,27 @@
 import * as E from 'fp-ts/lib/Either.js';
-import pg from 'pg';
+import type pg from 'pg';
 import type { CommandResult, KeyCommand } from '../../commands/key-writer.js';
 import type { Logger } from '../../domain/ports/logger.js';
 import type { Outages } from '../../domain/ports/outages.js';
+import { AdvisoryLeader, type AdvisoryLock } from '../../projections/leader.js';
 import { recheckWriterQuarantines } from '../../projections/quarantine.js';
+import { SWEEP_CANDIDATES_SQL, type SweepCandidate } from '../postgres/queries/sweep-candidates.js';
 
 export interface SweeperOptions {
   /** Between sweeps (default 1000 ms). */
   readonly intervalMs?: number;
   /** Streams handled per sweep and kind, at most (default 500). */
   readonly batch?: number;
-  /** The ledger's clock (epoch ms): candidates are found on the clock the decider decides on. */
-  readonly clock?: () => number;
-  /** [0, 1): the retry jitter of expired started leases. */
-  readonly random?: () => number;
+  /** The ledger's clock (epoch ms), required: candidates are found on the clock the decider decides on, a test's too. */
+  readonly clock: () => number;
+  /** [0, 1), required: the retry jitter of expired started leases, the ledger's random source (a seeded test's too). */
+  readonly random: () => number;
   /** Told of a failure the database's absence explains (logged once per outage there, not each sweep). */
   readonly outages?: Outages;
 }
 
 /** Session advisory lock held by the one active sweeper. */
-const LEADER_LOCK = "hashtextextended('jobledger:sweeper', 0)";
+const LEADER_LOCK: AdvisoryLock = { key: "hashtextextended('jobledger:sweeper', 0)", values: [] };
 
 /**
  * Expires the leases past their expiry — every expired holder of a key in one ExpireLeases,
@@ -31,7 +33,7 @@ const LEADER_LOCK = "hashtextextended('jobledger:sweeper', 0)";
  */
 export class Sweeper {
   private timer: NodeJS.Timeout | undefined;
-  private leader: pg.Client | undefined;
+  private leader: AdvisoryLeader | undefined;
   private sweeping: Promise<void> | undefined;
   private stopped = false;
 
@@ -39,7 +41,7 @@ export class Sweeper {
     private readonly writer: { executeMany(items: readonly KeyCommand[]): Promise<CommandResult[]> },
     private readonly pool: pg.Pool,
     private readonly log: Logger,
-    private readonly options: SweeperOptions = {},
+    private readonly options: SweeperOptions,
   ) {}
 
   start(): void {
@@ -57,13 +59,13 @@ export class Sweeper {
     this.stopped = true;
     clearTimeout(this.timer);
     await this.sweeping;
-    await this.leader?.end().catch(() => undefined);
+    await this.leader?.release();
     this.leader = undefined;
   }
 
   /** Whether this process holds the sweeper's leadership (tests and metrics). */
   get isLeader(): boolean {
-    return this.leader !== undefined;
+    return this.leader?.leading === true;
   }
 
   private async tick(): Promise<void> {
@@ -75,21 +77,21 @@ export class Sweeper {
     }
   }
 
+  /** Tries once per tick; a leader whose connection ended (so its lock with it) steps down and tries again next tick. */
   private async lead(): Promise<boolean> {
-    if (this.leader) return true;
-    const client = new pg.Client(this.pool.options);
-    client.on('error', () => undefined);
-    await client.connect();
-    const { rows } = await client.query<{ ok: boolean }>(`SELECT pg_try_advisory_lock(${LEADER_LOCK}) AS ok`);
-    if (!rows[0]?.ok) {
-      await client.end();
-      return false;
+    if (this.leader?.leading === true) return true;
+    // A lost leader's session is over (or ending): make sure, and try on a new one.
+    await this.leader?.release();
+    this.leader = undefined;
+    const leader = await AdvisoryLeader.connect(this.pool.options, LEADER_LOCK);
+    let led = false;
+    try {
+      led = await leader.tryLead();
+    } finally {
+      if (!led) await leader.release();
     }
-    // Losing the connection loses the lock: step down, and try to lead again next tick.
-    client.on('end', () => {
-      if (this.leader === client) this.leader = undefined;
-    });
-    this.leader = client;
+    if (!led) return false;
+    this.leader = leader;
     this.log.info('sweeper: leading');
     return true;
   }
@@ -102,8 +104,8 @@ export class Sweeper {
    */
   async sweep(): Promise<{ readonly expired: number; readonly admitted: number; readonly served: number; readonly unquarantined: readonly string[] }> {
     const limit = this.options.batch ?? 500;
-    const now = (this.options.clock ?? Date.now)();
-    const random = this.options.random ?? Math.random;
+    const now = this.options.clock();
+    const { random } = this.options;
     const { rows } = await this.pool.query<{ kind: SweepCandidate; stream: string }>(SWEEP_CANDIDATES_SQL, [now, limit]);
     const of = (kind: SweepCandidate) => rows.filter((r) => r.kind === kind).map((r) => r.stream);
     const [expired, due, stranded] = [of('expired'), of('due'), of('stranded')];
@@ -125,32 +127,4 @@ export class Sweeper {
     if (unquarantined.length > 0) this.log.info({ streams: unquarantined }, 'sweeper: quarantined streams decode again: quarantine over');
     return { ...summary, unquarantined };
   }
-
 }
-
-// Candidates only: the decider decides (a lease renewed meanwhile decides nothing). $1 is now
-// on the ledger's clock (epoch ms), the clock the decider decides on; $2 the most streams of each
-// kind. One statement, not one per kind: a sweep is one read of the read models (one transaction
-// a second beside the workers' commits, whatever kinds of work there are).
-//   expired   streams with a started lease expired by $1 (jl_slots_expiry; an admission nobody
-//             started has no expiry)
-//   due       streams with a scheduled job due by $1 (jl_jobs_due)
-//   stranded  keys with a free slot and, in their line, jobs under further limits (a guest, or a
-//             job of the key whose guests wait elsewhere): the FillSlots a process that died after
-//             a release could not write. Jobs under one limit never wait with a free slot (the
-//             release promotes them in its own append), so only jl_limit_jobs' waiters are looked at.
-export const SWEEP_CANDIDATES_SQL = `
-(SELECT DISTINCT 'expired' AS kind, stream FROM jl_slots WHERE expires_at <= to_timestamp($1::float8 / 1000) LIMIT $2)
-UNION ALL
-(SELECT DISTINCT 'due', stream FROM jl_jobs WHERE run_at <= to_timestamp($1::float8 / 1000) LIMIT $2)
-UNION ALL
-(WITH waiting AS (
-   SELECT stream FROM jl_limit_jobs WHERE status = 'parked'
-   UNION
-   SELECT home FROM jl_limit_jobs WHERE status = 'parked'
- )
- SELECT 'stranded', k.stream FROM waiting w JOIN jl_key_stats k ON k.stream = w.stream
- WHERE k.paused_at IS NULL AND k.in_use < k.concurrency_limit AND k.parked > 0
- LIMIT $2)`;
-
-export type SweepCandidate = 'expired' | 'due' | 'stranded';

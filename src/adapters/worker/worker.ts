@@ -8,11 +8,12 @@ import type { DispatchMessage, HandedOffJob } from '../../domain/ports/ledger-st
 import type { Outages } from '../../domain/ports/outages.js';
 import type { Logger } from '../../domain/ports/logger.js';
 import { ValidationError, escapeUnstorable } from '../../domain/values.js';
-import type { Queryable } from '../../projections/runner.js';
+import type { Queryable } from '../../projections/transaction.js';
 import type { PgQueue } from '../queue/pg-queue.js';
 import { Wakeup } from '../wakeup.js';
 import { handlerTable, type HandlerMap, type JobHandler } from './define-job.js';
-import { PRESENCE_INTERVAL_MS_DEFAULT, Presence } from './presence.js';
+import { WORKER_DEFAULTS } from './defaults.js';
+import { Presence } from './presence.js';
 
 /** What a worker needs of the ledger. */
 export interface WorkerDeps {
@@ -73,18 +74,6 @@ export interface WorkerOptions {
 
 export const UNKNOWN_JOBS = ['give-back', 'fail'] as const;
 export type UnknownJobs = (typeof UNKNOWN_JOBS)[number];
-
-export const WORKER_DEFAULTS = {
-  queue: 'default',
-  concurrency: 10,
-  pollIntervalMs: 1_000,
-  graceMs: 10_000,
-  visibilityMs: 30_000,
-  handoffSliceMs: 1_000,
-  unknownJobs: 'give-back',
-  unknownJobDelayMs: 10_000,
-  presenceIntervalMs: PRESENCE_INTERVAL_MS_DEFAULT,
-} as const;
 
 /** The share of unknownJobDelayMs added at random to each give-back. */
 const GIVE_BACK_JITTER = 0.2;

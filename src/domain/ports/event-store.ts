@@ -150,6 +150,31 @@ export interface EventStore {
   close(): Promise<void>;
 }
 
+/**
+ * What a store may lack of the port (PostgreSQL has both; EventStoreDB neither). A store that
+ * lacks one refuses its operation with UnsupportedOperationError, writing nothing, and what of
+ * the ledger rests on it (multi-key transactions, a duplicate job id answered) needs a store that has it.
+ */
+export interface EventStoreCapabilities {
+  /** appendMany over more than one stream, all or nothing (appendMany over one stream is core). */
+  readonly atomicMultiStreamAppend: boolean;
+  /** recordedEventIds. */
+  readonly eventIdLookup: boolean;
+}
+
+/** An operation of the port this store cannot honour (see EventStoreCapabilities); nothing was written. */
+export class UnsupportedOperationError extends Error {
+  override readonly name = 'UnsupportedOperationError';
+  constructor(
+    /** The port's operation, e.g. 'appendMany'. */
+    readonly operation: string,
+    readonly store: string,
+    reason: string,
+  ) {
+    super(`${operation} is not supported on ${store}: ${reason}`);
+  }
+}
+
 /** Versioned state snapshots of a stream, so loading does not read a long stream from the start. */
 export interface Snapshot {
   readonly stream: string;

@@ -453,7 +453,8 @@ describe('PgQueue', () => {
   });
 
   it('rejects a bad queue name with an error naming `queue`, writing nothing', async () => {
-    const bad = ['', 'a'.repeat(64), 'has space', 'semi;colon', "quote'", 'ünïcode', 'slash/'];
+    // The domain's QueueName is the one rule, here as for a job's queue: not starting with "." or "-" either.
+    const bad = ['', 'a'.repeat(64), 'has space', 'semi;colon', "quote'", 'ünïcode', 'slash/', '-flag', '.hidden'];
     for (const name of bad) {
       const attempts: (() => Promise<unknown>)[] = [
         () => queue.create(name),
@@ -485,6 +486,7 @@ describe('PgQueue', () => {
     // The longest and most varied valid name is fine, and the table refuses what the check refuses.
     await queue.send(`A-z_0.9${'x'.repeat(56)}`, 1);
     await expect(db.pool.query(`INSERT INTO queues (name) VALUES ('bad name')`)).rejects.toMatchObject({ code: '23514' });
+    await expect(db.pool.query(`INSERT INTO queues (name) VALUES ('-flag')`)).rejects.toMatchObject({ code: '23514' });
   });
 
   it('rejects bad durations, quantities and ids before writing', async () => {

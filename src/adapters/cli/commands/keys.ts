@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import ms from 'ms';
-import { withPool, type CommandContext } from '../context.js';
+import { withReader, type CommandContext } from '../context.js';
 import { oneLine, print, table, time } from '../output.js';
 
 export const registerKeys = (program: Command, ctx: CommandContext): void => {
@@ -9,10 +9,8 @@ export const registerKeys = (program: Command, ctx: CommandContext): void => {
     .description('every concurrency key: limit, slots in use, parked and scheduled jobs, oldest wait, lease state (live / expired / none), quarantine, pause')
     .option('--json', 'machine-readable output')
     .action(async (flags: { json?: boolean }) => {
-      // The read models, without the ledger: a command run often, that must answer at once.
-      const { listKeys } = await import('../../postgres/queries/list-keys.js');
-      const keys = await withPool(ctx, (pool) => listKeys(pool, Date.now()));
-      const now = Date.now();
+      // The read side alone (no key writer, no migration): a command run often, that must answer at once.
+      const { keys, now } = await withReader(ctx, async (reader) => ({ keys: await reader.keys(), now: reader.now() }), { migrate: false });
       // Why, and where to look: the event's place in the ledger and the decoder's complaint.
       const quarantined = keys.flatMap(({ key, quarantine: q }) =>
         q === null ? [] : [`${oneLine(key)}: quarantined since ${time(q.firstSeen)} (${q.readers.join(', ')}): revision ${q.revision}, global position ${q.position}: ${oneLine(q.error)}`],

@@ -1,14 +1,14 @@
 import type { Command } from 'commander';
-import type pg from 'pg';
 import type { Projection } from '../../../projections/projection.js';
 import type { RowDifference } from '../../../projections/verify.js';
-import { withPool, type CommandContext } from '../context.js';
+import { withReader, type CommandContext } from '../context.js';
 import { UsageError } from '../errors.js';
 import { print, table } from '../output.js';
 
 // `jobledger replay`: rebuilds read models from the ledger (src/projections/rebuild.ts), or with
 // --verify replays it beside them and reports where they differ (src/projections/verify.ts).
-// The projections, pg and the progress bar are imported when it runs, not when it registers.
+// Through the ledger's read side (LedgerReader); it, the projections and the progress bar are
+// imported when it runs, not when it registers.
 
 interface Replayed {
   readonly projection: string;
@@ -23,13 +23,12 @@ interface Replayed {
 
 /** The projections named by --projection (default: every rebuildable one); a UsageError before anything is opened. */
 const chosen = async (name: string | undefined): Promise<Projection[]> => {
-  const [{ createDispatcher }, { createReadModelProjections }, { NotRebuildableError, rebuildSpec }, { dispatchQueue }] = await Promise.all([
-    import('../../../projections/dispatcher.js'),
-    import('../../../projections/read-models.js'),
+  const [{ ledgerProjections }, { NotRebuildableError, rebuildSpec }, { dispatchQueue }] = await Promise.all([
+    import('../../../projections/ledger-projections.js'),
     import('../../../projections/rebuild.js'),
     import('../../queue/pg-queue.js'),
   ]);
-  const known = [createReadModelProjections(), createDispatcher(dispatchQueue)];
+  const known = ledgerProjections(dispatchQueue).map((p) => p.projection);
   const rebuildable = known.filter((p) => p.rebuild !== undefined);
   if (name === undefined) return rebuildable;
   const projection = known.find((p) => p.name === name);
@@ -42,13 +41,6 @@ const chosen = async (name: string | undefined): Promise<Projection[]> => {
     throw error;
   }
   return [projection];
-};
-
-const rowCounts = async (pool: pg.Pool, tables: readonly string[]): Promise<Record<string, number>> => {
-  const { escapeIdentifier } = (await import('pg')).default;
-  const counts: Record<string, number> = {};
-  for (const t of tables) counts[t] = (await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${escapeIdentifier(t)}`)).rows[0]!.n;
-  return counts;
 };
 
 const value = (v: unknown) => JSON.stringify(v) ?? 'null';
@@ -88,16 +80,11 @@ export const registerReplay = (program: Command, ctx: CommandContext): void => {
     .action(async (flags: { projection?: string; verify?: boolean; json?: boolean }) => {
       const projections = await chosen(flags.projection);
       const verifying = flags.verify === true;
-      const [{ EventDecodeError }, { rebuild, rebuildSpec }, { verify }, { progress }] = await Promise.all([
-        import('../../../domain/recorded.js'),
-        import('../../../projections/rebuild.js'),
-        import('../../../projections/verify.js'),
-        import('../progress.js'),
-      ]);
-      const results = await withPool(
+      const [{ EventDecodeError }, { progress }] = await Promise.all([import('../../../domain/recorded.js'), import('../progress.js')]);
+      const results = await withReader(
         ctx,
-        async (pool) => {
-          const total = (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n;
+        async (reader) => {
+          const total = await reader.eventCount();
           const out: Replayed[] = [];
           for (const projection of projections) {
             const bar = progress({ label: `${verifying ? 'verifying' : 'replaying'} ${projection.name}`, unit: 'events', total });
@@ -105,11 +92,11 @@ export const registerReplay = (program: Command, ctx: CommandContext): void => {
             const started = Date.now();
             try {
               if (verifying) {
-                const v = await verify(pool, projection, { onProgress });
+                const v = await reader.verify(projection, { onProgress });
                 out.push({ projection: projection.name, verified: true, events: v.events, ms: Date.now() - started, rows: v.rows, differences: v.differences });
               } else {
-                const { events } = await rebuild(pool, projection, { onProgress });
-                out.push({ projection: projection.name, verified: false, events, ms: Date.now() - started, rows: await rowCounts(pool, rebuildSpec(projection).tables) });
+                const { events, rows } = await reader.rebuild(projection, { onProgress });
+                out.push({ projection: projection.name, verified: false, events, ms: Date.now() - started, rows });
               }
             } catch (error) {
               // A rebuild is one transaction: it stops at an undecodable event and leaves the read models as they were.
@@ -121,7 +108,7 @@ export const registerReplay = (program: Command, ctx: CommandContext): void => {
           }
           return out;
         },
-        2,
+        { poolSize: 2 },
       );
       print({ json: flags.json === true }, { projections: results }, () => results.map(human).join('\n'));
       const differing = results.filter((r) => (r.differences?.length ?? 0) > 0);

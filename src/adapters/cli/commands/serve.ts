@@ -42,7 +42,7 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
     .action(async (flags: ServeFlags) => {
       if (flags.port < 0 || flags.port > 65_535) throw new UsageError(`--port: ${flags.port} is not a TCP port (0-65535)`);
       // Imported here, not at registration: `jobledger --help` must not load fastify, the ledger or io-ts.
-      const [{ isLoopback, resolveTokens }, { createHttpServer }, { createLedger, createPool }, { openDatabase }] = await Promise.all([
+      const [{ isLoopback, resolveTokens }, { createHttpServer }, { createLedger }, { openDatabase }] = await Promise.all([
         import('../../http/auth.js'),
         import('../../http/server.js'),
         import('../../ledger.js'),
@@ -56,12 +56,13 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
         throw new UsageError(`--host: ${flags.host} is not a loopback address; set JOBLEDGER_TOKENS or JOBLEDGER_TOKEN to serve on it`);
       }
       const db = await openDatabase((line) => ctx.logger.debug({ embedded: line }));
-      const pool = createPool({ databaseUrl: db.url, poolSize: 6, logger: ctx.logger });
       try {
         // Without the flag, the database's own mode (ledger_settings): serve runs whichever runners it needs.
         const queues = queueCaps(flags.queueCap);
+        // One pool, the ledger's, for its writer, sweeper and runners and the HTTP server's reads.
         const ledger = await createLedger({
-          pool,
+          databaseUrl: db.url,
+          poolSize: 6,
           logger: ctx.logger,
           waitForDatabaseMs: Number.POSITIVE_INFINITY,
           ...(flags.asyncProjections === true ? { inlineProjections: false } : {}),
@@ -69,7 +70,7 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
         }).catch(asUsage({ queues: '--queue-cap' }));
         try {
           ledger.start();
-          const server = await createHttpServer({ ledger, db: pool, tokens, loopbackOnly: isLoopback(flags.host), logger: ctx.logger.child({ component: 'http' }) });
+          const server = await createHttpServer({ ledger, tokens, loopbackOnly: isLoopback(flags.host), logger: ctx.logger.child({ component: 'http' }) });
           try {
             const signalled = untilSignalled(ctx);
             const url = await server.listen({ port: flags.port, host: flags.host });
@@ -87,7 +88,6 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
           await ledger.close();
         }
       } finally {
-        await pool.end();
         await db.close();
       }
     });

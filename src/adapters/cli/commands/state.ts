@@ -1,9 +1,6 @@
 import type { Command } from 'commander';
-import type { KeyStateAt } from '../../../commands/key-state-at.js';
 import { auditKeyOf, jobName } from '../../../domain/audit.js';
 import type { JobEntry } from '../../../domain/key-state.js';
-import type { EventStore } from '../../../domain/ports/event-store.js';
-import { keyStream } from '../../../domain/streams.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { UsageError } from '../errors.js';
 import { print, table, time } from '../output.js';
@@ -19,19 +16,6 @@ type Placed = ReturnType<typeof placeOf> & { readonly jobId: string };
 
 const who = (j: Placed): string => jobName(j.jobId, j.home);
 
-/**
- * The key's state at the point asked, or, when the key had no event yet at --at, when its first
- * was. A key with no event at all is refused (UnknownKeyError, exit 2), as release refuses it.
- */
-const load = async (store: EventStore, key: string, until: { readonly revision?: number; readonly at?: number }): Promise<KeyStateAt | { readonly firstEventAt: number }> => {
-  const [{ keyStateAt }, { decodeRecorded }, { UnknownKeyError }] = await Promise.all([import('../../../commands/key-state-at.js'), import('../../../domain/recorded.js'), import('../../../domain/errors.js')]);
-  const folded = await keyStateAt(store, keyStream(key), until);
-  if (folded.revision !== 'no_stream') return folded;
-  const [first] = await store.readStream(keyStream(key), { fromRevision: 0, maxCount: 1 });
-  if (first === undefined) throw new UnknownKeyError(key);
-  return { firstEventAt: decodeRecorded(first).data.at };
-};
-
 export const registerState = (program: Command, ctx: CommandContext): void => {
   program
     .command('state')
@@ -46,7 +30,7 @@ export const registerState = (program: Command, ctx: CommandContext): void => {
       if (flags.at && flags.revision !== undefined) throw new UsageError('--revision: give --at or --revision, not both');
       if (flags.revision !== undefined && flags.revision < 0) throw new UsageError('--revision: must be 0 or more');
       const until = { ...(flags.at ? { at: flags.at.getTime() } : {}), ...(flags.revision !== undefined ? { revision: flags.revision } : {}) };
-      const found = await withLedger(ctx, (ledger) => load(ledger.store, flags.key, until));
+      const found = await withLedger(ctx, (ledger) => ledger.keyStateAt(flags.key, until));
       if ('firstEventAt' in found) {
         print({ json: flags.json === true }, { key: flags.key, revision: null, at: null, firstEventAt: time(found.firstEventAt) }, () =>
           `key ${JSON.stringify(flags.key)} had no event yet at ${time(until.at)}: its first was at ${time(found.firstEventAt)}`,

@@ -1,11 +1,13 @@
 import { Option, type Command } from 'commander';
+import ms from 'ms';
+import { WORKER_DEFAULTS } from '../../worker/defaults.js';
 import type { UnknownJobs } from '../../worker/worker.js';
 import type { CommandContext } from '../context.js';
 import { UsageError, asUsage } from '../errors.js';
 import { duration, each, integer, queueCap, queueCaps } from '../parse.js';
 
-// The defaults the worker applies itself (WORKER_DEFAULTS) are named in the help text, not read
-// from worker.js: registering the command must not load the worker (fp-ts, io-ts, the domain).
+// The help states the defaults the worker applies itself, from WORKER_DEFAULTS: a light module of
+// its own, as registering the command must not load the worker (fp-ts, io-ts, the domain).
 
 interface WorkerFlags {
   handlers: string;
@@ -26,15 +28,19 @@ export const registerWorker = (program: Command, ctx: CommandContext): void => {
     .command('worker')
     .description('run jobs from a dispatch queue until SIGTERM/SIGINT (graceful: running jobs finish or are yielded; a second signal exits at once)')
     .requiredOption('--handlers <path>', 'handlers module (ESM or CommonJS): export default { jobName: async (args, ctx) => { … } }')
-    .option('--queue <queue>', 'dispatch queue to read', 'default')
-    .option('--concurrency <n>', 'handlers running at once', integer('--concurrency'), 10)
-    .addOption(new Option('--grace <duration>', 'at shutdown, how long running handlers may finish before they are yielded').argParser(duration('--grace')).default(10_000, '10s'))
+    .option('--queue <queue>', 'dispatch queue to read', WORKER_DEFAULTS.queue)
+    .option('--concurrency <n>', 'handlers running at once', integer('--concurrency'), WORKER_DEFAULTS.concurrency)
+    .addOption(
+      new Option('--grace <duration>', 'at shutdown, how long running handlers may finish before they are yielded')
+        .argParser(duration('--grace'))
+        .default(WORKER_DEFAULTS.graceMs, ms(WORKER_DEFAULTS.graceMs)),
+    )
     .option('--queue-cap <queue=n>', 'a queue capped at n running jobs across every process (repeatable; default: JOBLEDGER_QUEUES, e.g. "builds=3,emails=10"); recorded as the limit of the key queue:<queue>', each(queueCap('--queue-cap')))
     .option('--sweeper', 'also run the sweeper (lease expiry, due jobs); one instance leads at a time')
-    .option('--visibility <duration>', 'how long a message read but not yet started stays invisible to other workers (default: 30s)', duration('--visibility'))
-    .option('--handoff-slice <duration>', "how long a handler slot keeps starting its key's next job directly before that goes through the queue (0: no direct handoff; default: 1s)", duration('--handoff-slice'))
-    .option('--unknown-jobs <what>', 'a job whose name no handler here knows: give-back (its attempt not counted, offered again later) or fail (the attempt) (default: give-back)')
-    .option('--unknown-job-delay <duration>', 'how long a job given back waits before it is offered again (default: 10s, plus up to a fifth at random)', duration('--unknown-job-delay'))
+    .option('--visibility <duration>', `how long a message read but not yet started stays invisible to other workers (default: ${ms(WORKER_DEFAULTS.visibilityMs)})`, duration('--visibility'))
+    .option('--handoff-slice <duration>', `how long a handler slot keeps starting its key's next job directly before that goes through the queue (0: no direct handoff; default: ${ms(WORKER_DEFAULTS.handoffSliceMs)})`, duration('--handoff-slice'))
+    .option('--unknown-jobs <what>', `a job whose name no handler here knows: give-back (its attempt not counted, offered again later) or fail (the attempt) (default: ${WORKER_DEFAULTS.unknownJobs})`)
+    .option('--unknown-job-delay <duration>', `how long a job given back waits before it is offered again (default: ${ms(WORKER_DEFAULTS.unknownJobDelayMs)}, plus up to a fifth at random)`, duration('--unknown-job-delay'))
     .option('--no-heartbeat', 'do not renew leases (for testing lease fencing: a lease then lapses under a live handler)')
     .action(async (flags: WorkerFlags) => {
       const [{ loadHandlers }, { UNKNOWN_JOBS }, { openDatabase }, { createLedger }] = await Promise.all([

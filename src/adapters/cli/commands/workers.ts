@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import ms from 'ms';
-import { withDatabase, type CommandContext } from '../context.js';
+import { withReader, type CommandContext } from '../context.js';
 import { print, table, time } from '../output.js';
 
 export const registerWorkers = (program: Command, ctx: CommandContext): void => {
@@ -10,16 +10,9 @@ export const registerWorkers = (program: Command, ctx: CommandContext): void => 
     .option('--all', 'also the gone workers')
     .option('--json', 'machine-readable output')
     .action(async (flags: { all?: boolean; json?: boolean }) => {
-      // Imported here, not at registration: --help must not load the driver.
-      const [{ createPool }, { listWorkers }] = await Promise.all([import('../../ledger.js'), import('../../postgres/queries/workers.js')]);
-      const workers = await withDatabase(ctx, async (url) => {
-        const pool = createPool({ databaseUrl: url, poolSize: 1, logger: ctx.logger });
-        try {
-          return await listWorkers(pool);
-        } finally {
-          await pool.end();
-        }
-      });
+      // The reader is imported when it runs (withReader): --help must not load the driver. It does
+      // not migrate: a look at who runs leaves the schema to the processes that run.
+      const workers = await withReader(ctx, (reader) => reader.workers(), { migrate: false });
       const shown = flags.all === true ? workers : workers.filter((w) => w.state === 'live');
       const hidden = workers.length - shown.length;
       print({ json: flags.json === true }, shown, () =>

@@ -27,7 +27,7 @@ import { upcasters } from '../../../domain/upcasters.js';
 import type { ProjectedEvent, Projection, Statement } from '../../../projections/projection.js';
 import { keyOfStream } from '../../../projections/projection.js';
 import { WRITER, quarantineOf, recordQuarantines, type Quarantine } from '../../../projections/quarantine.js';
-import { projectAll, statementName } from '../../../projections/runner.js';
+import { projectAll, statementName } from '../../../projections/apply.js';
 import { isConnectionError } from '../../postgres/outage.js';
 import { dispatchQueue, readStatement } from '../../queue/pg-queue.js';
 import { EVENT_COLUMNS, EVENTS_CHANNEL, toRecordedEvent, type EventRow } from './event-rows.js';

@@ -3,12 +3,9 @@ import * as t from 'io-ts';
 import { Reason } from '../../../domain/commands.js';
 import { UnknownKeyError } from '../../../domain/errors.js';
 import { Actor, JobId, Key, Limit } from '../../../domain/values.js';
-import type { Queryable } from '../../../projections/runner.js';
 import type { Ledger } from '../../ledger.js';
 import type { HolderCounts, KeyRow } from '../../postgres/queries/list-keys.js';
-import { readLedgerSize } from '../../postgres/queries/ledger-metrics.js';
-import { listQueues, type QueueRow } from '../../postgres/queries/queues.js';
-import { listWorkers } from '../../postgres/queries/workers.js';
+import type { QueueRow } from '../../postgres/queries/queues.js';
 import { closedObject, decodeInput, operator, VIA } from '../input.js';
 
 /** Recent handoffs shown with a key's detail; the whole history is GET /api/audit. */
@@ -59,7 +56,7 @@ const DiscardBody = closedObject({ key: Key }, { jobIds: t.array(JobId), by: Act
 const LimitBody = closedObject({ key: Key, limit: Limit }, { by: Actor });
 const PauseBody = closedObject({ key: Key }, { by: Actor, reason: Reason });
 
-export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, db: Queryable): void => {
+export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger): void => {
   /**
    * The cards' totals, the warnings and one row per key (KeyRow):
    * `{ now, totals: { keys, keysAtLimit, slotsHeld, parked, scheduled, oldestParkedAt,
@@ -69,8 +66,8 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, db: Quer
    * only `holders.running` are run by a live worker.
    */
   app.get('/api/keys', async () => {
-    const [keys, queues, workers, size] = await Promise.all([ledger.keys(), listQueues(db), listWorkers(db), readLedgerSize(db)]);
-    const now = Date.now();
+    const [keys, queues, workers, size] = await Promise.all([ledger.keys(), ledger.queues(), ledger.workers(), ledger.ledgerSize()]);
+    const now = ledger.now();
     const parkedAt = keys.flatMap((k) => (k.oldestParkedAt === null ? [] : [k.oldestParkedAt]));
     const live = workers.filter((w) => w.state === 'live').length;
     return {
@@ -103,7 +100,7 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, db: Quer
     if (detail === null) throw new UnknownKeyError(key);
     // A quarantined key's ledger does not read; the rest of its detail (the quarantine too) comes from the read models.
     const handoffs = detail.quarantine === null ? (await ledger.audit({ key })).handoffs : [];
-    return { now: Date.now(), ...detail, handoffs: handoffs.slice(-RECENT_HANDOFFS).reverse() };
+    return { now: ledger.now(), ...detail, handoffs: handoffs.slice(-RECENT_HANDOFFS).reverse() };
   });
 
   app.post('/api/keys/release', async (request) => {

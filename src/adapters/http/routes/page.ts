@@ -1,10 +1,12 @@
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 
-// The dashboard: static files shipped in the package (src/adapters/http/page, copied next to the
-// built server by `npm run build`), read once at start. Nothing is fetched from elsewhere. app.js
-// imports the page's sections (workers.js, dead-jobs.js, job-view.js), what they render with
-// (ui.js), the string catalogue (i18n.js) and its formatting (format.js) as modules of their own.
+// The dashboard: static files shipped in the package (src/adapters/http/page), read once at start
+// from `../page/`: `npm run build` copies them there for tsc's output (dist/src/adapters/http) and
+// for the CLI's bundle (dist/cli, whose chunks are in dist/cli/chunks: rolldown.config.ts).
+// Nothing is fetched from elsewhere. app.js imports the page's sections (workers.js, dead-jobs.js,
+// job-view.js), what they render with (ui.js), the string catalogue (i18n.js) and its formatting
+// (format.js) as modules of their own.
 
 const ASSETS = {
   '/': ['index.html', 'text/html; charset=utf-8'],

@@ -1,7 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { Queryable } from '../../../projections/runner.js';
-import { listQueues } from '../../postgres/queries/queues.js';
-import { listWorkers } from '../../postgres/queries/workers.js';
+import type { LedgerReader } from '../../ledger-reader.js';
 import { closedObject, decodeInput } from '../input.js';
 
 // Who is doing the work: the workers' presence and the dispatch queues. Reads only (no token).
@@ -10,7 +8,7 @@ import { closedObject, decodeInput } from '../input.js';
 
 const NoQuery = closedObject({}, {});
 
-export const registerWorkerRoutes = (app: FastifyInstance, db: Queryable): void => {
+export const registerWorkerRoutes = (app: FastifyInstance, ledger: LedgerReader): void => {
   /**
    * Every worker seen within the last day, live ones first:
    * `{ now, live, gone, workers: [{ id, host, pid, queue, concurrency, heartbeatMs, startedAt,
@@ -21,9 +19,9 @@ export const registerWorkerRoutes = (app: FastifyInstance, db: Queryable): void 
    */
   app.get('/api/workers', async (request) => {
     decodeInput(NoQuery, request.query, '(query)');
-    const workers = await listWorkers(db);
+    const workers = await ledger.workers();
     const live = workers.filter((w) => w.state === 'live').length;
-    return { now: Date.now(), live, gone: workers.length - live, workers };
+    return { now: ledger.now(), live, gone: workers.length - live, workers };
   });
 
   /**
@@ -35,6 +33,6 @@ export const registerWorkerRoutes = (app: FastifyInstance, db: Queryable): void 
    */
   app.get('/api/queues', async (request) => {
     decodeInput(NoQuery, request.query, '(query)');
-    return { now: Date.now(), queues: await listQueues(db) };
+    return { now: ledger.now(), queues: await ledger.queues() };
   });
 };

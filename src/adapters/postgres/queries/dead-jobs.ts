@@ -1,4 +1,4 @@
-import type { Queryable } from '../../../projections/runner.js';
+import type { Queryable } from '../../../projections/transaction.js';
 import { MAX_DEAD_JOBS } from '../../../commands/dead-jobs.js';
 
 // The dead jobs of a key, for `retry --key K --dead` and `discard --key K --dead`: the read model

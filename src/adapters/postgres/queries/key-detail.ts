@@ -1,6 +1,6 @@
 import { KEY_STREAM_PREFIX, keyStream } from '../../../domain/streams.js';
 import { Key, checkField } from '../../../domain/values.js';
-import type { Queryable } from '../../../projections/runner.js';
+import type { Queryable } from '../../../projections/transaction.js';
 import { holderState, paramTime, type HolderState } from './holder-state.js';
 import { pauseJson, toPause, type KeyPause } from './pause.js';
 import { quarantineJson, toQuarantine, type KeyQuarantine } from './quarantine.js';
@@ -88,7 +88,11 @@ export interface KeyDetail {
 const homeKey = (stream: string) =>
   `CASE WHEN ${stream} LIKE '${KEY_STREAM_PREFIX}%' THEN substr(${stream}, ${KEY_STREAM_PREFIX.length + 1}) ELSE ${stream} END`;
 
-const SQL = /* sql */ `
+// $1: the key's stream, $2: now (epoch ms). Reads jl_keys (jl_keys_pkey), jl_key_stats, jl_slots
+// (jl_slots_stream; guests' home slots by jl_slots_pkey), jl_parked (jl_parked_order), jl_limit_jobs
+// (jl_limit_jobs_pkey), jl_jobs (jl_jobs_pkey; scheduled ones by jl_jobs_stream), workers
+// (workers_pkey) and jl_quarantined (jl_quarantined_pkey), each for this key alone.
+export const KEY_DETAIL_SQL = /* sql */ `
 WITH parked AS MATERIALIZED (
   SELECT p.job_id, p.priority, p.seq, p.parked_at, NULL::text AS home FROM jl_parked p WHERE p.stream = $1
   UNION ALL
@@ -172,7 +176,7 @@ interface Row {
  * ValidationError('key') on a bad key.
  */
 export const keyDetail = async (db: Queryable, key: string, now: number): Promise<KeyDetail | null> => {
-  const { rows } = await db.query<Row>(SQL, [keyStream(checkField('key', Key, key)), now]);
+  const { rows } = await db.query<Row>(KEY_DETAIL_SQL, [keyStream(checkField('key', Key, key)), now]);
   const row = rows[0];
   if (row === undefined) return null;
   return {

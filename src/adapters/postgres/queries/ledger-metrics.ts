@@ -1,4 +1,4 @@
-import type { Queryable } from '../../../projections/runner.js';
+import type { Queryable } from '../../../projections/transaction.js';
 import { HOLDER_STATES, holderState, type HolderState } from './holder-state.js';
 import { workerLive } from './workers.js';
 
@@ -85,16 +85,20 @@ export interface LedgerSize {
   readonly archivedBytes: number;
 }
 
+// Reads the catalog (pg_class by its oid index) and the two tables' sizes; events and
+// events_archive themselves only while never analyzed.
+export const LEDGER_SIZE_SQL = /* sql */ `SELECT ${estimatedRows('events')} AS events, ${estimatedRows('events_archive')} AS "archivedEvents",
+  pg_total_relation_size('events')::float8 AS bytes, pg_total_relation_size('events_archive')::float8 AS "archivedBytes"`;
+
 /** The ledger's size alone (the overview's card): the catalog's figures, no scan. */
-export const readLedgerSize = async (db: Queryable): Promise<LedgerSize> =>
-  (
-    await db.query<LedgerSize>(`SELECT ${estimatedRows('events')} AS events, ${estimatedRows('events_archive')} AS "archivedEvents",
-      pg_total_relation_size('events')::float8 AS bytes, pg_total_relation_size('events_archive')::float8 AS "archivedBytes"`)
-  ).rows[0]!;
+export const readLedgerSize = async (db: Queryable): Promise<LedgerSize> => (await db.query<LedgerSize>(LEDGER_SIZE_SQL)).rows[0]!;
 
 // The parked jobs of each key, own and guests (the count jl_key_stats.parked gives), from the
 // parked rows alone: ranking through jl_key_stats would count every key's slots and jobs too.
-const SQL = /* sql */ `
+// $1: the async projections' names. Counts whole read models (jl_keys, jl_key_stats, jl_slots,
+// jl_parked, jl_limit_jobs, jl_jobs, jl_quarantined, workers); the lag reads projection_checkpoints
+// (projection_checkpoints_pkey) and the events past each checkpoint (events_global_order).
+export const LEDGER_METRICS_SQL = /* sql */ `
 WITH waiting AS MATERIALIZED (
   SELECT k.key, count(*)::int AS parked, extract(epoch FROM statement_timestamp() - min(w.since))::float8 AS "oldestParkedSeconds"
   FROM (SELECT stream, parked_at AS since FROM jl_parked
@@ -167,7 +171,7 @@ interface Row {
  * transaction and have none, so they are not asked about.
  */
 export const readLedgerMetrics = async (db: Queryable, asyncProjections: readonly string[]): Promise<LedgerMetrics> => {
-  const { rows } = await db.query<Row>(SQL, [asyncProjections]);
+  const { rows } = await db.query<Row>(LEDGER_METRICS_SQL, [asyncProjections]);
   const r = rows[0]!;
   return {
     keys: r.keys,

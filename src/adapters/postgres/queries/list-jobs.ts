@@ -1,6 +1,6 @@
 import * as t from 'io-ts';
 import { JobId, Key, Name, QueueName, ValidationError, checkField, refine } from '../../../domain/values.js';
-import type { Queryable } from '../../../projections/runner.js';
+import type { Queryable } from '../../../projections/transaction.js';
 import { epochMs, toMs } from './sql.js';
 
 /** A job's status in jl_jobs (see its column comment in migration 0003). */

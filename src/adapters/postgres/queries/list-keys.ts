@@ -1,4 +1,4 @@
-import type { Queryable } from '../../../projections/runner.js';
+import type { Queryable } from '../../../projections/transaction.js';
 import { holderState, paramTime } from './holder-state.js';
 import { quarantineJson, toQuarantine, type KeyQuarantine } from './quarantine.js';
 import { pauseJson, toPause, type KeyPause } from './pause.js';
@@ -43,7 +43,10 @@ export interface KeyRow {
 }
 
 // $1: now (epoch ms, the ledger's clock). A guest holds under its home's slot: its state is that slot's.
-const SQL = /* sql */ `
+// Reads every row of jl_key_stats (a view over jl_keys and the slot, parked and job counts), the
+// held slots (jl_slots, jl_limit_jobs) with their workers (workers_pkey), and jl_quarantined
+// (jl_quarantined_pkey) per key: a whole listing, so scans, bounded by the keys known.
+export const LIST_KEYS_SQL = /* sql */ `
 WITH holders AS (
   SELECT s.stream, s.worker_id, s.expires_at, s.acquired_at FROM jl_slots s
   UNION ALL
@@ -87,7 +90,7 @@ export const leaseStateOf = (c: HolderCounts): LeaseState =>
  * decides expiry on that clock, so a lease shown expired is one the sweeper will reclaim.
  */
 export const listKeys = async (db: Queryable, now: number): Promise<KeyRow[]> => {
-  const { rows } = await db.query<Row>(SQL, [now]);
+  const { rows } = await db.query<Row>(LIST_KEYS_SQL, [now]);
   return rows.map((r) => ({
     ...r,
     oldestParkedAt: toMs(r.oldestParkedAt),

@@ -1,4 +1,4 @@
-import type { Queryable } from '../../../projections/runner.js';
+import type { Queryable } from '../../../projections/transaction.js';
 import { workerLive } from './workers.js';
 
 // Per dispatch queue, what an operator asks in an incident: is work waiting, since when, and is

@@ -1,4 +1,4 @@
-import type { Queryable } from '../../../projections/runner.js';
+import type { Queryable } from '../../../projections/transaction.js';
 import { epochMs, toMs } from './sql.js';
 
 // The workers' presence (the workers table, migration 0009; written by

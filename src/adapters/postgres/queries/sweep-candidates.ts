@@ -1,0 +1,32 @@
+// The sweeper's one read (src/adapters/worker/sweeper.ts). Reads jl_slots (through
+// jl_slots_expiry), jl_jobs (through jl_jobs_due), jl_limit_jobs and the view jl_key_stats;
+// writes nothing.
+// Candidates only: the decider decides (a lease renewed meanwhile decides nothing). $1 is now
+// on the ledger's clock (epoch ms), the clock the decider decides on — never the server's now(),
+// or a test's injected time and the decider's would disagree on what is due; $2 the most
+// streams of each kind. One statement, not one per kind: a sweep is one read of the read models
+// (one transaction a second beside the workers' commits, whatever kinds of work there are).
+//   expired   streams with a started lease expired by $1 (jl_slots_expiry; an admission nobody
+//             started has no expiry)
+//   due       streams with a scheduled job due by $1 (jl_jobs_due)
+//   stranded  keys with a free slot and, in their line, jobs under further limits (a guest, or a
+//             job of the key whose guests wait elsewhere): the FillSlots a process that died after
+//             a release could not write. Jobs under one limit never wait with a free slot (the
+//             release promotes them in its own append), so only jl_limit_jobs' waiters are looked at.
+// test/projections/schema.int.test.ts EXPLAINs this very text.
+export const SWEEP_CANDIDATES_SQL = /* sql */ `
+(SELECT DISTINCT 'expired' AS kind, stream FROM jl_slots WHERE expires_at <= to_timestamp($1::float8 / 1000) LIMIT $2)
+UNION ALL
+(SELECT DISTINCT 'due', stream FROM jl_jobs WHERE run_at <= to_timestamp($1::float8 / 1000) LIMIT $2)
+UNION ALL
+(WITH waiting AS (
+   SELECT stream FROM jl_limit_jobs WHERE status = 'parked'
+   UNION
+   SELECT home FROM jl_limit_jobs WHERE status = 'parked'
+ )
+ SELECT 'stranded', k.stream FROM waiting w JOIN jl_key_stats k ON k.stream = w.stream
+ WHERE k.paused_at IS NULL AND k.in_use < k.concurrency_limit AND k.parked > 0
+ LIMIT $2)`;
+
+/** The `kind` column of SWEEP_CANDIDATES_SQL: what the sweeper submits for the stream. */
+export type SweepCandidate = 'expired' | 'due' | 'stranded';
