@@ -1,4 +1,3 @@
-import { Command } from 'commander';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerDiscard } from '../../src/adapters/cli/commands/discard.js';
 import { registerExplain } from '../../src/adapters/cli/commands/explain.js';
@@ -6,11 +5,11 @@ import { registerJob } from '../../src/adapters/cli/commands/job.js';
 import { registerRetry } from '../../src/adapters/cli/commands/retry.js';
 import { UsageError } from '../../src/adapters/cli/errors.js';
 import { RefusedError } from '../../src/domain/errors.js';
-import { silentLogger } from '../../src/domain/ports/logger.js';
 import { SEC, T0, openScriptedLedger, type ScriptedLedger } from '../support/ledger.js';
+import { runCommandsInProcess } from './in-process.js';
 
 // `jobledger retry`, `discard --dead`, `explain` and `job`, registered on a program of their own
-// (the CLI's command list is program.ts's) and run in this process against a scripted ledger's
+// and run in this process (runCommandsInProcess) against a scripted ledger's
 // database: what each prints, and what each refuses with nothing written.
 
 let s: ScriptedLedger;
@@ -25,25 +24,8 @@ afterAll(async () => {
 
 /** Runs `jobledger ...args` with these commands only; stdout as printed, and the error it ended with (if any). */
 const jobledger = async (...args: string[]): Promise<{ stdout: string; error: unknown }> => {
-  const out: string[] = [];
-  const write = process.stdout.write;
-  const previousUrl = process.env.DATABASE_URL;
-  process.stdout.write = ((chunk: string | Uint8Array) => out.push(String(chunk)) > 0) as typeof process.stdout.write;
-  process.env.DATABASE_URL = s.db.url;
-  const program = new Command('jobledger').exitOverride();
-  const ctx = { logger: silentLogger, note: () => undefined };
-  for (const register of [registerRetry, registerDiscard, registerExplain, registerJob]) register(program, ctx);
-  for (const command of program.commands) command.exitOverride();
-  try {
-    await program.parseAsync(['node', 'jobledger', ...args]);
-    return { stdout: out.join(''), error: undefined };
-  } catch (error) {
-    return { stdout: out.join(''), error };
-  } finally {
-    process.stdout.write = write;
-    if (previousUrl === undefined) delete process.env.DATABASE_URL;
-    else process.env.DATABASE_URL = previousUrl;
-  }
+  const { stdout, thrown } = await runCommandsInProcess(s.db.url, [registerRetry, registerDiscard, registerExplain, registerJob], args);
+  return { stdout, error: thrown };
 };
 
 const dies = async (key: string, jobId: string) => {

@@ -1,3 +1,5 @@
+import { Command } from 'commander';
+import type { CommandContext } from '../../src/adapters/cli/context.js';
 import { runCli } from '../../src/adapters/cli/program.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import type { CliResult } from '../support/cli.js';
@@ -28,6 +30,39 @@ export const runCliInProcess = async (databaseUrl: string, args: readonly string
     if (previousUrl === undefined) delete process.env.DATABASE_URL;
     else process.env.DATABASE_URL = previousUrl;
   }
+};
+
+/**
+ * Runs `jobledger ...args` on a program of only these commands, registered as program.ts registers
+ * them, in this process: stdout and stderr (commander's and the commands' notes), and what the
+ * parse threw (a UsageError, a RefusedError, commander's own), where runCliInProcess gives an exit code.
+ */
+export const runCommandsInProcess = async (
+  databaseUrl: string,
+  registers: readonly ((program: Command, ctx: CommandContext) => void)[],
+  args: readonly string[],
+): Promise<{ stdout: string; stderr: string; thrown: unknown }> => {
+  const out: string[] = [];
+  const err: string[] = [];
+  const write = process.stdout.write;
+  const previousUrl = process.env.DATABASE_URL;
+  process.stdout.write = ((chunk: string | Uint8Array) => out.push(String(chunk)) > 0) as typeof process.stdout.write;
+  process.env.DATABASE_URL = databaseUrl;
+  // Set before the commands are added, so each inherits it.
+  const program = new Command('jobledger').exitOverride().configureOutput({ writeOut: (s) => void out.push(s), writeErr: (s) => void err.push(s) });
+  for (const register of registers) register(program, { logger: silentLogger, note: (line) => void err.push(`${line}\n`) });
+  for (const command of program.commands) command.exitOverride();
+  let thrown: unknown;
+  try {
+    await program.parseAsync(['node', 'jobledger', ...args]);
+  } catch (error) {
+    thrown = error;
+  } finally {
+    process.stdout.write = write;
+    if (previousUrl === undefined) delete process.env.DATABASE_URL;
+    else process.env.DATABASE_URL = previousUrl;
+  }
+  return { stdout: out.join(''), stderr: err.join(''), thrown };
 };
 
 /** A line of a stack trace: `    at fn (file:///x.js:12:5)`, `    at node:internal/x:3:9`. */

@@ -1,4 +1,3 @@
-import { Command } from 'commander';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerWorkers } from '../../src/adapters/cli/commands/workers.js';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
@@ -6,9 +5,10 @@ import type { Worker } from '../../src/adapters/worker/worker.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { until } from '../support/until.js';
+import { runCommandsInProcess } from './in-process.js';
 
-// `jobledger workers [--all] [--json]`, on a commander program of its own (the CLI's command
-// list is program.ts's), in this process, its stdout and stderr captured.
+// `jobledger workers [--all] [--json]`, on a commander program of its own, in this process
+// (runCommandsInProcess), its stdout and stderr captured.
 
 let db: MigratedDatabase;
 let ledger: Ledger;
@@ -32,28 +32,7 @@ afterAll(async () => {
 });
 
 /** Runs `jobledger workers ...args`: stdout, stderr, and what was thrown. */
-const run = async (...args: string[]) => {
-  const out: string[] = [];
-  const err: string[] = [];
-  const write = process.stdout.write;
-  const previousUrl = process.env.DATABASE_URL;
-  process.stdout.write = ((chunk: string | Uint8Array) => out.push(String(chunk)) > 0) as typeof process.stdout.write;
-  process.env.DATABASE_URL = db.url;
-  const program = new Command('jobledger').exitOverride().configureOutput({ writeOut: (s) => void out.push(s), writeErr: (s) => void err.push(s) });
-  registerWorkers(program, { logger: silentLogger, note: (line) => void err.push(`${line}\n`) });
-  for (const command of program.commands) command.exitOverride();
-  let thrown: unknown;
-  try {
-    await program.parseAsync(['node', 'jobledger', 'workers', ...args]);
-  } catch (error) {
-    thrown = error;
-  } finally {
-    process.stdout.write = write;
-    if (previousUrl === undefined) delete process.env.DATABASE_URL;
-    else process.env.DATABASE_URL = previousUrl;
-  }
-  return { stdout: out.join(''), stderr: err.join(''), thrown };
-};
+const run = (...args: string[]) => runCommandsInProcess(db.url, [registerWorkers], ['workers', ...args]);
 
 describe('jobledger workers', () => {
   it('lists the live workers as a table, and says how many gone ones it leaves out', async () => {

@@ -2,6 +2,7 @@ import { readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listJobsQuery, type JobFilter } from '../../../src/adapters/postgres/queries/list-jobs.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../../support/database.js';
 
 // Every query of src/adapters/postgres/queries/ that a module exports as a `*_SQL` constant, as
@@ -99,6 +100,24 @@ describe('the exported read queries', () => {
       const p = await plan(textOf(name), { enableSeqscan: false });
       expect(p, `${name}\n${p}`).toMatch(/(Bitmap )?Index (Only )?Scan (using|on) jl_jobs_pkey/);
       expect(p, `${name}\n${p}`).not.toMatch(/Seq Scan on jl_jobs/);
+    }
+  });
+
+  it("the jobs listing, whose WHERE follows its filter, plans for every filter the API takes; one key's page walks jl_jobs_key_recent", async () => {
+    const cursor = Buffer.from(JSON.stringify([0, 'job-1'])).toString('base64url');
+    const filters: JobFilter[] = [{}, { key: 'k' }, { name: 'n' }, { queue: 'q' }, { status: 'dead' }, { status: 'failed' }, { key: 'k', status: 'dead', cursor, limit: 10 }, { key: 'k', name: 'n', queue: 'q', status: 'failed', cursor }];
+    for (const filter of filters) {
+      const { text, values } = listJobsQuery(filter);
+      await client.query('BEGIN');
+      try {
+        await client.query('SET LOCAL enable_seqscan = off');
+        const { rows } = await client.query(`EXPLAIN ${text}`, values);
+        const p = rows.map((r: Record<string, string>) => r['QUERY PLAN']).join('\n');
+        expect(p, JSON.stringify(filter)).toMatch(/\(cost=/);
+        if (filter.key !== undefined) expect(p, `${JSON.stringify(filter)}\n${p}`).toMatch(/jl_jobs_key_recent/);
+      } finally {
+        await client.query('ROLLBACK');
+      }
     }
   });
 });

@@ -92,11 +92,13 @@ const COLUMNS = /* sql */ `
   ${epochMs('finished_at')} AS "finishedAt", last_error AS "lastError", finish_reason AS "finishReason", worker_id AS "workerId"`;
 
 /**
- * Jobs from jl_jobs, newest first (enqueued_at, then job_id, descending), filtered by key, name,
- * queue and status (or `failed`), a page at a time with a keyset cursor: a page is the same however many jobs are
- * enqueued meanwhile. Throws ValidationError naming the field of a bad filter.
+ * The statement of a page of jobs (listJobs runs it): jl_jobs filtered by key, name, queue and
+ * status (or `failed`), newest first (enqueued_at, then job_id, descending), one row more than the
+ * page to tell whether another follows. Its WHERE depends on the filter, so it is a function, not a
+ * constant (test/adapters/postgres/queries.int.test.ts EXPLAINs each filter's). Throws
+ * ValidationError naming the field of a bad filter.
  */
-export const listJobs = async (db: Queryable, filter: JobFilter = {}): Promise<JobPage> => {
+export const listJobsQuery = (filter: JobFilter = {}): { readonly text: string; readonly values: unknown[]; readonly limit: number } => {
   if (typeof filter !== 'object' || filter === null) throw new ValidationError('filter', 'must be an object');
   const where: string[] = [];
   const values: unknown[] = [];
@@ -116,11 +118,15 @@ export const listJobs = async (db: Queryable, filter: JobFilter = {}): Promise<J
     where.push(`(enqueued_at, job_id) < (to_timestamp(${param(enqueuedAt)}::float8 / 1000), ${param(jobId)})`);
   }
   const limit = filter.limit === undefined ? DEFAULT_PAGE : checkField('limit', PageSize, filter.limit);
-  const { rows } = await db.query<JobRow>(
-    `SELECT ${COLUMNS} FROM jl_jobs ${where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''}
-     ORDER BY enqueued_at DESC, job_id DESC LIMIT ${param(limit + 1)}`,
-    values,
-  );
+  const text = `SELECT ${COLUMNS} FROM jl_jobs ${where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''}
+     ORDER BY enqueued_at DESC, job_id DESC LIMIT ${param(limit + 1)}`;
+  return { text, values, limit };
+};
+
+/** Jobs a page at a time with a keyset cursor: a page is the same however many jobs are enqueued meanwhile. Throws as listJobsQuery. */
+export const listJobs = async (db: Queryable, filter: JobFilter = {}): Promise<JobPage> => {
+  const { text, values, limit } = listJobsQuery(filter);
+  const { rows } = await db.query<JobRow>(text, values);
   const jobs = rows.slice(0, limit).map((r) => ({
     ...r,
     enqueuedAt: toMs(r.enqueuedAt),
