@@ -5,8 +5,8 @@ import { decodeCommand, type Command } from '../domain/commands.js';
 import { decideAcross, type FillLater } from '../domain/decide/index.js';
 import { RefusedError, describeDomainError, type DomainError } from '../domain/errors.js';
 import type { EventData, KeyEvent } from '../domain/events.js';
-import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, Scratch, apply, draftOf, holders, initialKeyState, isUnderLimits, jobsIn, lineAfter, type Draft, type JobState, type KeyState, type LinePlace } from '../domain/key-state.js';
-import { DuplicateEventIdError, type EventStore, type JsonObject, type RecordedEvent, type Snapshot, type SnapshotStore, type StreamRevision } from '../domain/ports/event-store.js';
+import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, Scratch, apply, draftOf, initialKeyState, type KeyState } from '../domain/key-state.js';
+import { DuplicateEventIdError, type EventStore, type JsonObject, type Snapshot, type SnapshotStore, type StreamRevision } from '../domain/ports/event-store.js';
 import {
   CommitOutcomeUnknownError,
   StaleStateError,
@@ -23,8 +23,9 @@ import {
 import { silentLogger, type Logger } from '../domain/ports/logger.js';
 import { noOutages, type Outages } from '../domain/ports/outages.js';
 import { EventDecodeError, decodeRecorded } from '../domain/recorded.js';
-import { KEY_STREAM_PREFIX, keyStream, streamFor } from '../domain/streams.js';
+import { KEY_STREAM_PREFIX, streamFor } from '../domain/streams.js';
 import { ValidationError } from '../domain/values.js';
+import { KeyStates, next, type Entry } from './key-states.js';
 
 // The key writer: the ONE owner of key states in a process, and the one door for every write
 // (enqueue, the worker's start/complete/fail/renew/yield, the sweeper, operators). Its cycle:
@@ -45,6 +46,7 @@ import { ValidationError } from '../domain/values.js';
 //                            commit  one set-based append per stream, each expecting the
 //                                    revision it was locked at, plus the inline projections
 //                          ──► remember: the decided state is the state at the new revision
+//                              (./key-states.ts: the cache of states, catch-up, LRU)
 //                          ──► a line that reached jobs whose streams the flush did not have is
 //                              served by a FillSlots of its own (the sweeper's fillStranded
 //                              does it again after a crash)
@@ -210,159 +212,6 @@ interface ReadItem extends KeyCommand {
   readonly read: Read;
   readonly msgId: string;
   readonly message: DispatchMessage;
-}
-
-interface Entry {
-  state: Draft;
-  revision: StreamRevision | 'no_stream';
-  /**
-   * Another writer appended to the stream since this writer last did (its last lock brought
-   * events, or a write that assumed otherwise failed): the next flush locks it first instead of
-   * writing on the state it has.
-   */
-  shared: boolean;
-}
-
-const next = (revision: StreamRevision | 'no_stream'): StreamRevision => (revision === 'no_stream' ? 0 : revision + 1);
-
-/** Commands that may free a slot or raise a limit: their decision serves the line. */
-const FREES = new Set<Command['type']>(['Complete', 'Fail', 'Yield', 'Cancel', 'ExpireLeases', 'RevokeLease', 'SetLimit', 'ResumeKey', 'FillSlots']);
-/**
- * How far into a line the streams of its jobs are locked with a release: the jobs (and streams) a
- * decision can reach at once. Past it the line is served by a FillSlots from where it stopped.
- */
-const LINE_WINDOW = 64;
-
-/** The writer's own streams and their states: read only between flushes, or inside one. */
-class KeyStates {
-  private readonly entries = new Map<string, Entry>();
-
-  constructor(
-    private readonly cacheSize: number,
-    private readonly store: EventStore,
-    private readonly log: Logger,
-  ) {}
-
-  revision(stream: string): StreamRevision | 'no_stream' {
-    return this.entries.get(stream)?.revision ?? 'no_stream';
-  }
-
-  /** The entry, moved to the newest end of the LRU order. */
-  entry(stream: string): Entry {
-    let entry = this.entries.get(stream);
-    if (entry === undefined) entry = { state: draftOf(initialKeyState), revision: 'no_stream', shared: true };
-    else this.entries.delete(stream);
-    this.entries.set(stream, entry);
-    return entry;
-  }
-
-  /**
-   * Brings the entry to where the lock found the stream: a newer snapshot first, then the events
-   * after it, each checked to follow the last (so an event is never applied twice or skipped).
-   * Throws EventDecodeError for an event that does not decode: that stream stays where it was.
-   */
-  async catchUp(locked: LockedStream): Promise<Entry> {
-    const entry = this.entry(locked.stream);
-    if (locked.snapshot !== undefined) {
-      const decoded = KeyStateCodec.decode(locked.snapshot.state);
-      if (E.isRight(decoded)) {
-        entry.state = draftOf(decoded.right);
-        entry.revision = locked.snapshot.revision;
-      } else {
-        // The events the lock did not return (up to the snapshot) are committed: read them here.
-        this.log.warn({ stream: locked.stream, revision: locked.snapshot.revision }, 'snapshot does not decode; folding the stream instead');
-        const upTo = await this.store.readStream(locked.stream, { fromRevision: next(entry.revision), maxCount: locked.snapshot.revision - next(entry.revision) + 1 });
-        this.fold(entry, upTo);
-      }
-    }
-    entry.shared = locked.snapshot !== undefined || locked.events.length > 0;
-    this.fold(entry, locked.events);
-    if (entry.revision !== locked.revision) throw new Error(`key state of ${locked.stream} is at ${entry.revision}, the stream at ${locked.revision}`);
-    return entry;
-  }
-
-  private fold(entry: Entry, events: readonly RecordedEvent[]): void {
-    for (const recorded of events) {
-      if (recorded.revision !== next(entry.revision)) throw new Error(`key state of ${recorded.stream} is at ${entry.revision}, the store gave revision ${recorded.revision}`);
-      apply(entry.state, decodeRecorded(recorded));
-      entry.revision = recorded.revision;
-    }
-  }
-
-  /** Whether a flush may write on the cached state of `stream` without locking first (see Entry.shared). */
-  current(stream: string, newStream = false): Entry | undefined {
-    const entry = this.entries.get(stream);
-    if (entry !== undefined) return entry.shared ? undefined : this.entry(stream);
-    return newStream ? this.entry(stream) : undefined;
-  }
-
-  /**
-   * The other streams a command is likely to decide on, from the state at hand (a guess: the
-   * decision asks for any it misses): the limit keys of the jobs it enqueues or acts on, and, for
-   * a command that frees slots or raises the limit, the streams of the jobs under further limits
-   * at the head of the line (after `after`, for a FillSlots).
-   */
-  related(item: KeyCommand): string[] {
-    const c = item.command;
-    const out = new Set<string>();
-    if (c.type === 'Enqueue' || c.type === 'EnqueueMany') {
-      for (const job of c.type === 'Enqueue' ? [c.job] : c.jobs) for (const l of job.limits ?? []) out.add(keyStream(l.key));
-    }
-    // A dead job retried is admitted on its limit keys too (it has left the state: the command names them).
-    if (c.type === 'RetryJob') for (const l of c.job.limits ?? []) out.add(keyStream(l));
-    const state = this.entries.get(item.stream)?.state;
-    if (state === undefined) return [...out];
-    /** The streams of a job of `line`'s stream: its home (for a guest) and its limit keys. */
-    const add = (job: JobState | undefined, line = item.stream) => {
-      if (job === undefined || !isUnderLimits(job)) return;
-      out.add(job.home ?? line);
-      for (const l of job.limits) out.add(keyStream(l));
-    };
-    switch (c.type) {
-      case 'ExpireLeases':
-      case 'RevokeLease':
-        for (const job of holders(state)) if (c.type === 'ExpireLeases' || c.jobId === undefined || c.jobId === job.jobId) add(job);
-        break;
-      case 'AdmitDue':
-        for (const job of jobsIn(state, 'scheduled')) add(job);
-        break;
-      case 'DiscardParked':
-        for (const jobId of c.jobIds ?? lineAfter(state, Infinity)) add(state.jobs[jobId]);
-        break;
-      default:
-        if ('jobId' in c && c.jobId !== undefined) add(state.jobs[c.jobId]);
-    }
-    if (FREES.has(c.type)) {
-      // The lines it may serve: its own, and those of the limit keys it frees (known ones only).
-      const lines: [string, KeyState, LinePlace | undefined][] = [[item.stream, state, c.type === 'FillSlots' ? c.after : undefined]];
-      for (const stream of [...out]) {
-        const other = this.entries.get(stream)?.state;
-        if (other !== undefined) lines.push([stream, other, undefined]);
-      }
-      for (const [stream, line, after] of lines) {
-        for (const jobId of lineAfter(line, LINE_WINDOW, after)) {
-          add(line.jobs[jobId], stream);
-          if (out.size >= LINE_WINDOW) break;
-        }
-      }
-    }
-    out.delete(item.stream);
-    return [...out];
-  }
-
-  /** A write that assumed the stream unchanged found it moved on. */
-  moved(stream: string): void {
-    const entry = this.entries.get(stream);
-    if (entry !== undefined) entry.shared = true;
-  }
-
-  /** Drops the least recently used states past the cache size, but none a flush in flight decides on. */
-  trim(busy: ReadonlySet<string>): void {
-    for (const stream of this.entries.keys()) {
-      if (this.entries.size <= this.cacheSize) return;
-      if (!busy.has(stream)) this.entries.delete(stream);
-    }
-  }
 }
 
 /**
