@@ -1,5 +1,6 @@
 // The public API of jobledger.
 export { createLedger, Ledger, type LedgerOptions, type ProjectionMode } from './adapters/ledger.js';
+export { LedgerReader, type LedgerReaderOptions } from './adapters/ledger-reader.js';
 export { createHttpServer, type HttpServerOptions } from './adapters/http/server.js';
 export { PostgresEventStore } from './adapters/eventstore/postgres/postgres-event-store.js';
 export { migrate } from './adapters/postgres/migrations.js';

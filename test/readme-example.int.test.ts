@@ -144,4 +144,17 @@ describe('README.md "Using it from code"', () => {
     expect(methods.filter((m) => typeof ledgerMethods[m] !== 'function')).toEqual([]);
     expect(typeof api.createHttpServer).toBe('function');
   });
+
+  it('the read side it names has the methods it lists, and the EventStoreDB entry exports what it imports', async () => {
+    const [, listed] = /opens `LedgerReader\.open\(\{ databaseUrl \}\)`: the read\s+side alone \(([^)]+)\)/.exec(text) ?? [];
+    expect(listed, 'the sentence "opens `LedgerReader.open({ databaseUrl })`: the read side alone (…)"').toBeDefined();
+    const methods = [...listed!.matchAll(/`(\w+)`/g)].map((m) => m[1]!);
+    expect(methods.length).toBeGreaterThan(5);
+    const readerMethods = api.LedgerReader.prototype as unknown as Record<string, unknown>;
+    expect(methods.filter((m) => typeof readerMethods[m] !== 'function')).toEqual([]);
+    const [, named] = /import \{ (\w+) \} from 'jobledger\/eventstoredb'/.exec(text) ?? [];
+    expect(named).toBe('EventStoreDbEventStore');
+    const entry = (await import('../src/eventstoredb.js')) as Record<string, unknown>;
+    expect(typeof entry[named!]).toBe('function');
+  });
 });
