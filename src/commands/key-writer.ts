@@ -1,12 +1,11 @@
-import { randomUUID } from 'node:crypto';
 import * as E from 'fp-ts/lib/Either.js';
 import { reconnectDelayMs } from '../domain/backoff.js';
 import { decodeCommand, type Command } from '../domain/commands.js';
-import { decideAcross, type FillLater } from '../domain/decide/index.js';
+import type { FillLater } from '../domain/decide/index.js';
 import { RefusedError, describeDomainError, type DomainError } from '../domain/errors.js';
 import type { EventData, KeyEvent } from '../domain/events.js';
 import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, Scratch, apply, draftOf, initialKeyState, type KeyState } from '../domain/key-state.js';
-import { DuplicateEventIdError, type EventStore, type JsonObject, type Snapshot, type SnapshotStore, type StreamRevision } from '../domain/ports/event-store.js';
+import { DuplicateEventIdError, type EventStore, type JsonObject, type SnapshotStore, type StreamRevision } from '../domain/ports/event-store.js';
 import {
   CommitOutcomeUnknownError,
   StaleStateError,
@@ -25,6 +24,7 @@ import { noOutages, type Outages } from '../domain/ports/outages.js';
 import { EventDecodeError, decodeRecorded } from '../domain/recorded.js';
 import { KEY_STREAM_PREFIX, streamFor } from '../domain/streams.js';
 import { ValidationError } from '../domain/values.js';
+import { FlushDecisions } from './flush-decisions.js';
 import { KeyStates, next, type Entry } from './key-states.js';
 
 // The key writer: the ONE owner of key states in a process, and the one door for every write
@@ -38,7 +38,8 @@ import { KeyStates, next, type Entry } from './key-states.js';
 //                                    ours is older); a stream a younger transaction wrote
 //                                    last waits for the next flush (deferred)
 //                            decide  each command in order, in place (decideAcross: a Scratch
-//                                    journals every change), on every stream it touches: a job
+//                                    journals every change; ./flush-decisions.ts, which also
+//                                    makes the appends), on every stream it touches: a job
 //                                    under further limits is decided on its limit keys too
 //                                    (streamsOf: guessed from the states before the lock; a
 //                                    decision that needs one more stream runs the flush again
@@ -550,50 +551,18 @@ export class KeyWriter {
       const readGoing = readItems.filter((i) => !waits([i]) && !broken.has(i.stream));
       const quarantine = [...broken.values()].filter((e): e is EventDecodeError => e instanceof EventDecodeError);
 
-      const now = this.clock();
-      const decided = new Map<KeyCommand, CommandResult>();
-      const appended = new Map<string, { events: KeyEvent[]; stored: DecidedAppend['events'][number][] }>();
-      const fills = new Map<string, FillLater>();
-      const scratchOf = (stream: string): Scratch | undefined => {
-        const entry = entries.get(stream);
-        if (entry === undefined) return undefined;
-        let scratch = scratches.get(stream);
-        if (scratch === undefined) scratches.set(stream, (scratch = new Scratch(entry.state)));
-        return scratch;
-      };
-      const decide = (item: KeyCommand, submission?: Submission) => {
-        const outcome = decideAcross(item.command, item.stream, scratchOf, now);
-        if (outcome.tag === 'needs') {
-          const unreadable = outcome.streams.find((stream) => broken.has(stream));
-          if (unreadable !== undefined) throw broken.get(unreadable);
-          if (submission === undefined) throw new Error(`a Start on ${item.stream} needs streams ${outcome.streams.join(', ')}`);
-          throw new StreamsMissing(submission, item, outcome.streams);
-        }
-        const { result } = outcome;
-        if (E.isLeft(result)) {
-          this.log.info({ ...logFields(item.stream, item.command), refusal: result.left.tag }, describeDomainError(result.left));
-          decided.set(item, result);
-          return;
-        }
-        for (const [stream, fill] of outcome.fillLater) if (!fills.has(stream)) fills.set(stream, fill);
-        const ids: string[] = [];
-        for (const [stream, events] of result.right) {
-          if (events.length === 0) continue;
-          const a = appended.get(stream) ?? { events: [], stored: [] };
-          for (const event of events) {
-            // Every event's id is ours, so a commit whose answer was lost can be looked up (#19).
-            const eventId = this.options.eventId?.(stream, event) ?? randomUUID();
-            ids.push(eventId);
-            a.events.push(event);
-            a.stored.push({ type: event.type, data: event.data, ...(item.metadata ? { metadata: item.metadata } : {}), eventId });
-          }
-          appended.set(stream, a);
-        }
-        this.lastIds.set(item, ids);
-        decided.set(item, E.right({ events: result.right.get(item.stream) ?? [], revision: entries.get(item.stream)!.revision }));
-      };
-      for (const s of going) for (const item of s.items) decide(item, s);
-      for (const item of readGoing) decide(item);
+      const decisions = new FlushDecisions({
+        entries,
+        scratches,
+        broken,
+        now: this.clock(),
+        eventId: this.options.eventId,
+        refused: (item, refusal) => this.log.info({ ...logFields(item.stream, item.command), refusal: refusal.tag }, describeDomainError(refusal)),
+      });
+      const { decided } = decisions;
+      for (const s of going) for (const item of s.items) decisions.decide(item, (streams) => { throw new StreamsMissing(s, item, streams); });
+      for (const item of readGoing) decisions.decide(item, (streams) => { throw new Error(`a Start on ${item.stream} needs streams ${streams.join(', ')}`); });
+      for (const [item, ids] of decisions.eventIds) this.lastIds.set(item, ids);
 
       // A refusal, or a decision to do nothing, writes nothing for the expected revision to check:
       // made on a state that may be stale (optimistic), it is not an answer until the stream is read.
@@ -606,21 +575,7 @@ export class KeyWriter {
         if (refusal !== undefined && E.isLeft(refusal)) throw new SubmissionRefused(sub, new RefusedError(refusal.left, refused!.stream));
       }
       const archive = [...malformed, ...readGoing.filter((i) => E.isLeft(decided.get(i)!)).map((i) => i.msgId)];
-      const appends: DecidedAppend[] = [];
-      const snapshots: Snapshot[] = [];
-      const after = new Map<string, StreamRevision>();
-      for (const [stream, { events, stored }] of appended) {
-        if (events.length === 0) continue;
-        const before = entries.get(stream)!.revision;
-        const revision = next(before) + events.length - 1;
-        after.set(stream, revision);
-        appends.push({ stream, expected: before, events: stored, decided: events });
-        const every = this.options.snapshotEvery;
-        if (every > 0 && Math.floor((revision + 1) / every) !== Math.floor(next(before) / every)) {
-          // Serialised by commit() before it awaits anything, so later changes to the state cannot leak in.
-          snapshots.push({ stream, revision, schemaVersion: KEY_STATE_SCHEMA_VERSION, state: entries.get(stream)!.state as unknown as JsonObject });
-        }
-      }
+      const { appends, snapshots, after } = decisions.appends(this.options.snapshotEvery);
       const committed = await tx.commit({
         appends,
         archive,
@@ -649,7 +604,7 @@ export class KeyWriter {
           return handedOff.length > 0 ? { ...d, revision, handedOff } : { ...d, revision };
         })(decided.get(item)!);
       for (const s of going) s.resolve(s.items.map(result));
-      for (const [stream, fill] of fills) this.fillLater(stream, fill);
+      for (const [stream, fill] of decisions.fills) this.fillLater(stream, fill);
       for (const s of failed) s.reject(broken.get(fails(s.items)!));
       for (const r of reads) {
         const mine = readItems.filter((i) => i.read === r);

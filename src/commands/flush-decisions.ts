@@ -1,0 +1,110 @@
+import { randomUUID } from 'node:crypto';
+import * as E from 'fp-ts/lib/Either.js';
+import { decideAcross, type FillLater } from '../domain/decide/index.js';
+import type { DomainError } from '../domain/errors.js';
+import type { KeyEvent } from '../domain/events.js';
+import { KEY_STATE_SCHEMA_VERSION, Scratch } from '../domain/key-state.js';
+import type { JsonObject, Snapshot, StreamRevision } from '../domain/ports/event-store.js';
+import type { DecidedAppend } from '../domain/ports/ledger-store.js';
+import { next, type Entry } from './key-states.js';
+import type { CommandResult, KeyCommand } from './key-writer.js';
+
+// The decide and append steps of a flush (./key-writer.ts draws the whole cycle): each command
+// decided in order, in place, on the states the lock brought up to date (a Scratch per stream
+// journals the changes, so the flush can roll them back), and what it decided turned into one
+// append per stream, each expecting the revision it was locked at, with a snapshot where a
+// stream passes a multiple of snapshotEvery.
+
+type StoredEvent = DecidedAppend['events'][number];
+
+export interface FlushDecisionsOptions {
+  /** The states the flush decides on, by stream (locked and caught up, or trusted: optimistic). */
+  readonly entries: ReadonlyMap<string, Entry>;
+  /** Each stream's Scratch; the flush rolls them back when it fails. */
+  readonly scratches: Map<string, Scratch>;
+  /** Streams that could not be read, with why: a decision that needs one fails with that error. */
+  readonly broken: ReadonlyMap<string, unknown>;
+  readonly now: number;
+  /** The store's id of a decided event; a random one when it returns undefined. */
+  readonly eventId?: ((stream: string, event: KeyEvent) => string | undefined) | undefined;
+  /** Told of each refused command (the writer logs it). */
+  readonly refused: (item: KeyCommand, refusal: DomainError) => void;
+}
+
+export class FlushDecisions {
+  /** Each decided command's result (a refusal, or its events on its own stream). */
+  readonly decided = new Map<KeyCommand, CommandResult>();
+  /** The lines to serve after the commit, by stream (decideAcross's fillLater). */
+  readonly fills = new Map<string, FillLater>();
+  /** Each command's event ids: a commit whose answer was lost is looked up by them (#19). */
+  readonly eventIds = new Map<KeyCommand, string[]>();
+  private readonly appended = new Map<string, { events: KeyEvent[]; stored: StoredEvent[] }>();
+
+  constructor(private readonly options: FlushDecisionsOptions) {}
+
+  private scratchOf = (stream: string): Scratch | undefined => {
+    const entry = this.options.entries.get(stream);
+    if (entry === undefined) return undefined;
+    let scratch = this.options.scratches.get(stream);
+    if (scratch === undefined) this.options.scratches.set(stream, (scratch = new Scratch(entry.state)));
+    return scratch;
+  };
+
+  /**
+   * Decides `item` on every stream it touches. A decision that needs a stream the flush has not
+   * got calls `missing` (which throws: the flush runs again), or throws why that stream cannot be read.
+   */
+  decide(item: KeyCommand, missing: (streams: readonly string[]) => never): void {
+    const outcome = decideAcross(item.command, item.stream, this.scratchOf, this.options.now);
+    if (outcome.tag === 'needs') {
+      const unreadable = outcome.streams.find((stream) => this.options.broken.has(stream));
+      if (unreadable !== undefined) throw this.options.broken.get(unreadable);
+      missing(outcome.streams);
+    }
+    const { result } = outcome;
+    if (E.isLeft(result)) {
+      this.options.refused(item, result.left);
+      this.decided.set(item, result);
+      return;
+    }
+    for (const [stream, fill] of outcome.fillLater) if (!this.fills.has(stream)) this.fills.set(stream, fill);
+    const ids: string[] = [];
+    for (const [stream, events] of result.right) {
+      if (events.length === 0) continue;
+      const a = this.appended.get(stream) ?? { events: [], stored: [] };
+      for (const event of events) {
+        // Every event's id is ours, so a commit whose answer was lost can be looked up (#19).
+        const eventId = this.options.eventId?.(stream, event) ?? randomUUID();
+        ids.push(eventId);
+        a.events.push(event);
+        a.stored.push({ type: event.type, data: event.data, ...(item.metadata ? { metadata: item.metadata } : {}), eventId });
+      }
+      this.appended.set(stream, a);
+    }
+    this.eventIds.set(item, ids);
+    this.decided.set(item, E.right({ events: result.right.get(item.stream) ?? [], revision: this.options.entries.get(item.stream)!.revision }));
+  }
+
+  /**
+   * One append per stream that has events, expecting the revision it was decided on; the
+   * snapshots due (serialised by the commit before it awaits anything, so later changes to a
+   * state cannot leak in); and each stream's revision after the commit.
+   */
+  appends(snapshotEvery: number): { appends: DecidedAppend[]; snapshots: Snapshot[]; after: Map<string, StreamRevision> } {
+    const appends: DecidedAppend[] = [];
+    const snapshots: Snapshot[] = [];
+    const after = new Map<string, StreamRevision>();
+    for (const [stream, { events, stored }] of this.appended) {
+      if (events.length === 0) continue;
+      const entry = this.options.entries.get(stream)!;
+      const before = entry.revision;
+      const revision = next(before) + events.length - 1;
+      after.set(stream, revision);
+      appends.push({ stream, expected: before, events: stored, decided: events });
+      if (snapshotEvery > 0 && Math.floor((revision + 1) / snapshotEvery) !== Math.floor(next(before) / snapshotEvery)) {
+        snapshots.push({ stream, revision, schemaVersion: KEY_STATE_SCHEMA_VERSION, state: entry.state as unknown as JsonObject });
+      }
+    }
+    return { appends, snapshots, after };
+  }
+}
