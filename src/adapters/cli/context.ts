@@ -1,5 +1,4 @@
 import { silentLogger, type Logger } from '../../domain/ports/logger.js';
-import type pg from 'pg';
 import type { Ledger, LedgerOptions } from '../ledger.js';
 import type { LedgerReader, LedgerReaderOptions } from '../ledger-reader.js';
 
@@ -46,24 +45,6 @@ export const withDatabase = async <T>(ctx: CommandContext, run: (url: string) =>
     await db.close();
   }
 };
-
-/**
- * Opens the database and a pool of `poolSize` connections on its schema (migrated) for a command
- * that reads tables, not the ledger (keys): it does not load the ledger, whose modules are most
- * of such a command's start-up.
- */
-export const withPool = <T>(ctx: CommandContext, run: (pool: pg.Pool) => Promise<T>, poolSize = 1): Promise<T> =>
-  withDatabase(ctx, async (url) => {
-    const [{ default: postgres }, { migrate }] = await Promise.all([import('pg'), import('../postgres/migrations.js')]);
-    const pool = new postgres.Pool({ connectionString: url, max: poolSize });
-    pool.on('error', (error) => ctx.logger.warn({ err: error }, 'idle PostgreSQL connection lost'));
-    try {
-      await migrate(pool);
-      return await run(pool);
-    } finally {
-      await pool.end();
-    }
-  });
 
 /** Runs `run` on what `open` opened, and closes it after, whatever `run` did. */
 const closing = async <R extends { close(): Promise<void> }, T>(opened: Promise<R>, run: (r: R) => Promise<T>): Promise<T> => {

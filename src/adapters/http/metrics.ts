@@ -14,6 +14,7 @@ import type { QueueRow } from '../postgres/queries/queues.js';
 type Figures = LedgerMetrics & { readonly queueMetrics: readonly QueueRow[] };
 
 export const registerMetrics = (app: FastifyInstance, ledger: Ledger): void => {
+  const projections = ledger.projections;
   const registry = new Registry();
   const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[], set: (g: Gauge<L>, f: Figures) => void) => {
     const g = new Gauge<L>({ name: `jobledger_${name}`, help, labelNames, registers: [registry] });
@@ -83,10 +84,10 @@ export const registerMetrics = (app: FastifyInstance, ledger: Ledger): void => {
     }),
   ];
   const read = async (): Promise<Figures> => {
-    const async = ledger.projectionMode === 'async' ? ledger.projections : [];
+    const async = ledger.projectionMode === 'async' ? projections : [];
     const [figures, queueMetrics] = await Promise.all([ledger.metrics(async), ledger.queues()]);
     // Inline projections apply in the append's transaction: never behind.
-    const projectionLag = async.length > 0 ? figures.projectionLag : ledger.projections.map((projection) => ({ projection, events: 0, seconds: 0 }));
+    const projectionLag = async.length > 0 ? figures.projectionLag : projections.map((projection) => ({ projection, events: 0, seconds: 0 }));
     return { ...figures, queueMetrics, projectionLag };
   };
   // Scrapes take turns: each sets every gauge, then renders them; interleaved, one could render

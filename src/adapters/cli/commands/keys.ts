@@ -9,8 +9,8 @@ export const registerKeys = (program: Command, ctx: CommandContext): void => {
     .description('every concurrency key: limit, slots in use, parked and scheduled jobs, oldest wait, lease state (live / expired / none), quarantine, pause')
     .option('--json', 'machine-readable output')
     .action(async (flags: { json?: boolean }) => {
-      // The read side alone (no key writer, no migration): a command run often, that must answer at once.
-      const { keys, now } = await withReader(ctx, async (reader) => ({ keys: await reader.keys(), now: reader.now() }), { migrate: false });
+      // The read side alone (no key writer): a command run often, that must answer at once.
+      const { keys, now } = await withReader(ctx, async (reader) => ({ keys: await reader.keys(), now: reader.now() }));
       // Why, and where to look: the event's place in the ledger and the decoder's complaint.
       const quarantined = keys.flatMap(({ key, quarantine: q }) =>
         q === null ? [] : [`${oneLine(key)}: quarantined since ${time(q.firstSeen)} (${q.readers.join(', ')}): revision ${q.revision}, global position ${q.position}: ${oneLine(q.error)}`],
