@@ -356,10 +356,15 @@ export class Ledger extends LedgerReader {
     for (const runner of this.runners) runner.start();
   }
 
-  /** Stops the sweeper, the projection runners and any worker still running (gracefully), waits for the writer, then closes the store. */
-  override async close(): Promise<void> {
+  /** Stops what start() started (the sweeper, the async projection runners); workers and writes go on. */
+  async stop(): Promise<void> {
     await this.sweeper.stop();
     await Promise.all(this.runners.map((r) => r.stop()));
+  }
+
+  /** Stops the sweeper, the projection runners and any worker still running (gracefully), waits for the writer, then closes the store. */
+  override async close(): Promise<void> {
+    await this.stop();
     await Promise.all([...this.made].map((w) => w.stop()));
     await this.writer.drain();
     await this.store.close();

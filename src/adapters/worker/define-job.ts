@@ -9,6 +9,8 @@ export interface JobContext {
   readonly key: string | null;
   /** 1 for the first start, 2 for the first retry, … */
   readonly attempt: number;
+  /** The lease this run holds the job's slot under (its id in the audit: JobStarted, SlotReleased). */
+  readonly leaseId: string;
   /** Aborted when the job's lease is revoked or expired (another run may start), or at shutdown past the grace period. */
   readonly signal: AbortSignal;
   /** A pino child logger carrying jobId, key and attempt. */

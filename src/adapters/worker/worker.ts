@@ -279,7 +279,7 @@ export class Worker {
     } else {
       try {
         if (!handler) throw new Error(`no handler for job name ${JSON.stringify(name)} in this worker (it knows: ${this.knownNames()})`);
-        await handler(args, { jobId: run.jobId, key: run.key, attempt, signal: run.controller.signal, log });
+        await handler(args, { jobId: run.jobId, key: run.key, attempt, leaseId: run.leaseId, signal: run.controller.signal, log });
         finish = { kind: 'complete' };
       } catch (error) {
         // PostgreSQL refuses NUL and lone surrogates: a Fail it refused would leave the job to its lease.

@@ -1,0 +1,239 @@
+import type pg from 'pg';
+import type { KeyEvent } from '../../src/domain/events.js';
+import { fold, initialKeyState, type KeyState } from '../../src/domain/key-state.js';
+import { decodeRecorded } from '../../src/domain/recorded.js';
+import { KEY_STREAM_PREFIX, keyStream, queueCapKey } from '../../src/domain/streams.js';
+import { createReadModelProjections } from '../../src/projections/read-models.js';
+import { verify } from '../../src/projections/verify.js';
+
+// What a model run must never show (issue 21; DESIGN.md invariants 1-10), judged from the
+// handlers' own records and the ledger alone, never from what the code under test says of itself:
+// - limit: at no moment did more handlers of a key, of a stacked limit key or of a capped queue
+//   run than its limit (by the world's limits, not the recorded ones). A handler counts until it
+//   returns, or until its lease lapsed (LeaseExpired: its worker was silent a whole lease, and
+//   the slot passing on then is what a lease is for);
+// - twice: no job ran twice at once, and no job whose handler completed ran again, unless that
+//   run's lease lapsed under a worker that renews nothing;
+// - rejected: every JobRejected was right when it committed: one of the job's limits had no room
+//   in the streams as they stood below the rejecting transaction;
+// - discarded: a dead job discarded is never retried;
+// - stranded (with the sweepers stopped and the ledger quiet): no job waits parked while its key
+//   and every further limit it is under have room;
+// - audit: each handler ran inside its slot's tenure as the ledger records it (JobStarted ..
+//   SlotReleased of its lease);
+// - replay: the read models are what replaying the ledger gives (replay --verify).
+
+export interface ModelWorld {
+  readonly keys: Readonly<Record<string, number>>;
+  readonly limitKeys: Readonly<Record<string, number>>;
+  readonly queueCaps: Readonly<Record<string, number>>;
+}
+
+export interface HandlerRun {
+  readonly jobId: string;
+  readonly leaseId: string;
+  readonly worker: string;
+  /** Whether its worker renews leases (one that does not lets them lapse). */
+  readonly heartbeat: boolean;
+  readonly startMs: number;
+  readonly startSeq: number;
+  endMs: number | null;
+  endSeq: number | null;
+  outcome: 'completed' | 'failed' | 'aborted' | null;
+}
+
+export interface Violation {
+  readonly check: string;
+  readonly message: string;
+}
+
+interface Recorded {
+  readonly stream: string;
+  readonly revision: number;
+  readonly xid: bigint;
+  readonly position: bigint;
+  readonly event: KeyEvent;
+}
+
+const readLedger = async (pool: pg.Pool): Promise<Recorded[]> => {
+  const { rows } = await pool.query<{ stream: string; stream_revision: string; type: string; data: object; metadata: object; xid: string; global_position: string }>(
+    `SELECT stream, stream_revision, type, data, metadata, transaction_id::text AS xid, global_position FROM ledger_events ORDER BY transaction_id, global_position`,
+  );
+  return rows.map((r) => {
+    const position = { commit: BigInt(r.xid), prepare: BigInt(r.global_position) };
+    return {
+      stream: r.stream,
+      revision: Number(r.stream_revision),
+      xid: position.commit,
+      position: position.prepare,
+      event: decodeRecorded({ stream: r.stream, revision: Number(r.stream_revision), position, type: r.type, data: r.data as never, metadata: r.metadata as never }),
+    };
+  });
+};
+
+const limitOf = (world: ModelWorld, stream: string): number | undefined => {
+  if (!stream.startsWith(KEY_STREAM_PREFIX)) return 1;
+  const key = stream.slice(KEY_STREAM_PREFIX.length);
+  if (key.startsWith('queue:')) return world.queueCaps[key.slice('queue:'.length)];
+  return world.keys[key] ?? world.limitKeys[key];
+};
+
+export interface CheckInput {
+  readonly pool: pg.Pool;
+  readonly world: ModelWorld;
+  readonly runs: readonly HandlerRun[];
+  /** quiet: the sweepers are stopped and nothing moves (the stranded check); final: every ledger is closed. */
+  readonly phase: 'quiet' | 'final';
+  readonly databaseUrl?: string;
+}
+
+export const checkRun = async ({ pool, world, runs, phase }: CheckInput): Promise<Violation[]> => {
+  const ledger = await readLedger(pool);
+  return phase === 'quiet' ? stranded(world, ledger) : [...limitsAndTwice(world, ledger, runs), ...rejections(ledger), ...discarded(ledger), ...audit(ledger, runs), ...(await replay(pool))];
+};
+
+/** Each stream's state folded from its events (those passing `keep`). */
+const statesOf = (ledger: readonly Recorded[], keep: (r: Recorded) => boolean = () => true): Map<string, KeyState> => {
+  const events = new Map<string, KeyEvent[]>();
+  for (const r of ledger) if (keep(r)) events.set(r.stream, [...(events.get(r.stream) ?? []), r.event]);
+  return new Map([...events].map(([stream, es]) => [stream, fold(initialKeyState, es)]));
+};
+
+const hasRoom = (state: KeyState | undefined): boolean => state === undefined || (state.paused === undefined && (state.limit === 0 || state.holding < state.limit));
+
+const stranded = (world: ModelWorld, ledger: readonly Recorded[]): Violation[] => {
+  const states = statesOf(ledger);
+  const out: Violation[] = [];
+  for (const [stream, state] of states) {
+    for (const [jobId, job] of Object.entries(state.jobs)) {
+      if (job.status !== 'parked' || job.home !== undefined) continue;
+      const needs = [stream, ...(job.limits ?? []).map(keyStream)];
+      if (needs.every((s) => hasRoom(states.get(s)))) {
+        out.push({ check: 'stranded', message: `${jobId} waits parked on ${stream} while every key it needs has room: ${needs.map((s) => `${s} ${states.get(s)?.holding ?? 0}/${states.get(s)?.limit ?? limitOf(world, s)}`).join(', ')}` });
+      }
+    }
+  }
+  return out;
+};
+
+const limitsAndTwice = (world: ModelWorld, ledger: readonly Recorded[], runs: readonly HandlerRun[]): Violation[] => {
+  const out: Violation[] = [];
+  const enqueued = new Map<string, { stream: string; queue: string; limits: readonly string[] }>();
+  const lapsedAt = new Map<string, number>();
+  for (const r of ledger) {
+    if (r.event.type === 'JobEnqueued') enqueued.set(r.event.data.jobId, { stream: r.stream, queue: r.event.data.queue, limits: r.event.data.limits ?? [] });
+    if (r.event.type === 'LeaseExpired') lapsedAt.set(r.event.data.leaseId, r.event.data.at);
+  }
+  // Every scope a job is under, by the world's rules: its stream, its limit keys, its queue's cap; and itself (never twice at once).
+  const scopes = new Map<string, { limit: number; points: { t: number; seq: number; delta: 1 | -1; run: HandlerRun }[] }>();
+  const scope = (name: string, limit: number) => {
+    let s = scopes.get(name);
+    if (s === undefined) scopes.set(name, (s = { limit, points: [] }));
+    return s;
+  };
+  for (const run of runs) {
+    const job = enqueued.get(run.jobId);
+    if (job === undefined) {
+      out.push({ check: 'limit', message: `a handler ran job ${run.jobId}, which the ledger never enqueued` });
+      continue;
+    }
+    const lapse = lapsedAt.get(run.leaseId);
+    const ended = run.endMs ?? Infinity;
+    const [endT, endSeq] = lapse !== undefined && lapse < ended ? [lapse, -1] : [ended, run.endSeq ?? Infinity];
+    const names = new Set([job.stream, ...job.limits.filter((l) => !l.startsWith('queue:')).map(keyStream), `job ${run.jobId}`]);
+    if (world.queueCaps[job.queue] !== undefined) names.add(keyStream(queueCapKey(job.queue)));
+    for (const name of names) {
+      const limit = name.startsWith('job ') ? 1 : limitOf(world, name);
+      if (limit === undefined) continue;
+      const s = scope(name, limit);
+      s.points.push({ t: run.startMs, seq: run.startSeq, delta: 1, run }, { t: endT, seq: endSeq, delta: -1, run });
+    }
+  }
+  for (const [name, { limit, points }] of scopes) {
+    points.sort((a, b) => a.t - b.t || a.seq - b.seq);
+    const now = new Set<HandlerRun>();
+    for (const p of points) {
+      if (p.delta === -1) {
+        now.delete(p.run);
+        continue;
+      }
+      now.add(p.run);
+      if (now.size > limit) {
+        const who = [...now].map((r) => `${r.jobId} (lease ${r.leaseId}, ${r.worker}, from ${r.startMs} to ${r.endMs})`).join('; ');
+        out.push({ check: name.startsWith('job ') ? 'twice at once' : 'limit', message: `${now.size} handlers of ${name} ran at once (limit ${limit}) at ${p.t}: ${who}` });
+        break;
+      }
+    }
+  }
+  // A job whose handler completed runs again only if that run's lease lapsed under a worker that renews nothing.
+  const byJob = new Map<string, HandlerRun[]>();
+  for (const run of runs) byJob.set(run.jobId, [...(byJob.get(run.jobId) ?? []), run]);
+  for (const [jobId, jobRuns] of byJob) {
+    jobRuns.sort((a, b) => a.startSeq - b.startSeq);
+    jobRuns.forEach((run, i) => {
+      if (run.outcome !== 'completed' || i === jobRuns.length - 1) return;
+      if (!run.heartbeat && lapsedAt.has(run.leaseId)) return;
+      out.push({ check: 'ran again', message: `${jobId} completed under lease ${run.leaseId} (${run.worker}) and ran again under ${jobRuns[i + 1]!.leaseId}` });
+    });
+  }
+  return out;
+};
+
+/** Each JobRejected judged against the streams as the rejecting transaction found them. */
+const rejections = (ledger: readonly Recorded[]): Violation[] => {
+  const out: Violation[] = [];
+  for (const rejected of ledger) {
+    if (rejected.event.type !== 'JobRejected') continue;
+    const { jobId } = rejected.event.data;
+    const enqueued = ledger.find((r) => r.event.type === 'JobEnqueued' && r.event.data.jobId === jobId && r.stream === rejected.stream);
+    const limits = enqueued?.event.type === 'JobEnqueued' ? (enqueued.event.data.limits ?? []) : [];
+    // Its home up to the rejection; every other stream as committed before the rejecting
+    // transaction, with what that transaction wrote there before it.
+    const before = (r: Recorded) => (r.stream === rejected.stream ? r.revision < rejected.revision : r.xid < rejected.xid || (r.xid === rejected.xid && r.position < rejected.position));
+    const states = statesOf(ledger, before);
+    const needs = [rejected.stream, ...limits.map(keyStream)];
+    if (needs.every((s) => hasRoom(states.get(s)))) {
+      out.push({ check: 'rejected', message: `${jobId} was rejected ("${rejected.event.data.reason}") while every limit it is under had room: ${needs.map((s) => `${s} ${states.get(s)?.holding ?? 0}/${states.get(s)?.limit ?? '?'}${states.get(s)?.paused ? ' paused' : ''}`).join(', ')}` });
+    }
+  }
+  return out;
+};
+
+const discarded = (ledger: readonly Recorded[]): Violation[] => {
+  const out: Violation[] = [];
+  const gone = new Set<string>();
+  for (const r of ledger) {
+    if (r.event.type === 'DeadDiscarded') gone.add(r.event.data.jobId);
+    if (r.event.type === 'JobRetried' && gone.has(r.event.data.jobId)) out.push({ check: 'discarded', message: `${r.event.data.jobId} was discarded as dead, then retried (${r.stream} revision ${r.revision})` });
+  }
+  return out;
+};
+
+const audit = (ledger: readonly Recorded[], runs: readonly HandlerRun[]): Violation[] => {
+  const out: Violation[] = [];
+  const started = new Map<string, number>();
+  const released = new Map<string, { at: number; reason: string }>();
+  const lapsed = new Map<string, number>();
+  for (const r of ledger) {
+    const e = r.event;
+    if (e.type === 'JobStarted') started.set(e.data.leaseId, e.data.at);
+    if (e.type === 'SlotReleased') released.set(e.data.leaseId, { at: e.data.at, reason: e.data.reason });
+    if (e.type === 'LeaseExpired') lapsed.set(e.data.leaseId, e.data.at);
+  }
+  for (const run of runs) {
+    const from = started.get(run.leaseId);
+    const to = released.get(run.leaseId);
+    const end = Math.min(run.endMs ?? Infinity, lapsed.get(run.leaseId) ?? Infinity);
+    if (from === undefined || from > run.startMs) {
+      out.push({ check: 'audit', message: `${run.jobId} ran from ${run.startMs} under lease ${run.leaseId}, which the ledger ${from === undefined ? 'never started' : `started only at ${from}`}` });
+    } else if (to !== undefined && to.at < end) {
+      out.push({ check: 'audit', message: `${run.jobId}'s handler ran until ${end}, but the ledger released lease ${run.leaseId} (${to.reason}) at ${to.at}` });
+    }
+  }
+  return out;
+};
+
+const replay = async (pool: pg.Pool): Promise<Violation[]> => {
+  const { differences } = await verify(pool, createReadModelProjections());
+  return differences.slice(0, 5).map((d) => ({ check: 'replay', message: `${d.table} ${JSON.stringify(d.key)}: ${d.kind} ${JSON.stringify(d.columns)}` }));
+};
