@@ -13,6 +13,7 @@ export { describeDomainError, LimitConflictError, RefusedError, UnknownJobError,
 export type { Handoff } from './domain/audit.js';
 export type { Audit, AuditEvent, AuditTarget, HistoryEvent, JobHistory } from './commands/audit.js';
 export type { DeadJobsInput, Retried } from './commands/dead-jobs.js';
+export type { Cancelled, Released } from './commands/operator-actions.js';
 export type { Explanation, ExplainedStatus, HolderView, LeaseView, LimitView, ScheduledBecause, Wait, WaitedOn } from './domain/explain.js';
 export type { KeyRow, LeaseState } from './adapters/postgres/queries/list-keys.js';
 export type { Holder, KeyDetail, ParkedJob, ScheduledJob } from './adapters/postgres/queries/key-detail.js';

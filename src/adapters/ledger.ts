@@ -253,8 +253,12 @@ export class Ledger extends LedgerReader {
     return audit({ store: this.store, jobStream: this.jobStream }, target);
   }
 
-  /** Revokes the lease of one holder of the key (jobId) or of every holder, recorded with `by`. */
-  release(input: { readonly key: string; readonly jobId?: string; readonly by: string }, metadata?: JsonObject): Promise<{ released: string[] }> {
+  /**
+   * Revokes the lease of one holder of the key (jobId) or of every holder, recorded with `by`. A
+   * running holder's slot passes on once its handler stopped (the worker says so) or its lease
+   * lapsed; `force` frees it at once, for a holder no handler runs (its worker is gone).
+   */
+  release(input: operator.ReleaseInput, metadata?: JsonObject): Promise<operator.Released> {
     return operator.release(this.operatorDeps, input, metadata);
   }
 
@@ -279,7 +283,7 @@ export class Ledger extends LedgerReader {
   }
 
   /** Cancels a job, recorded with `by`; false when it had already finished. */
-  cancel(input: { readonly jobId: string; readonly by: string }, metadata?: JsonObject): Promise<{ cancelled: boolean }> {
+  cancel(input: { readonly jobId: string; readonly by: string }, metadata?: JsonObject): Promise<operator.Cancelled> {
     return operator.cancel(this.operatorDeps, input, metadata);
   }
 

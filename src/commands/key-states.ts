@@ -28,7 +28,7 @@ export interface Entry {
 export const next = (revision: StreamRevision | 'no_stream'): StreamRevision => (revision === 'no_stream' ? 0 : revision + 1);
 
 /** Commands that may free a slot or raise a limit: their decision serves the line. */
-const FREES = new Set<Command['type']>(['Complete', 'Fail', 'Yield', 'Cancel', 'ExpireLeases', 'RevokeLease', 'SetLimit', 'ResumeKey', 'FillSlots']);
+const FREES = new Set<Command['type']>(['Complete', 'Fail', 'Yield', 'Stopped', 'Cancel', 'ExpireLeases', 'RevokeLease', 'SetLimit', 'ResumeKey', 'FillSlots']);
 /**
  * How far into a line the streams of its jobs are locked with a release: the jobs (and streams) a
  * decision can reach at once. Past it the line is served by a FillSlots from where it stopped.

@@ -5,7 +5,7 @@ import type { KeyEvent } from '../domain/events.js';
 import type { JsonObject } from '../domain/ports/event-store.js';
 import type { JobStreamLookup } from '../domain/ports/job-streams.js';
 import { keyStream } from '../domain/streams.js';
-import { Key, checkField } from '../domain/values.js';
+import { Key, ValidationError, checkField } from '../domain/values.js';
 import type { CommandResult, Loaded } from './key-writer.js';
 
 // The operator's actions on a key, each one command of the key's decider, recorded in the ledger
@@ -43,12 +43,38 @@ const run = async (deps: OperatorDeps, stream: string, command: Command, metadat
 const jobIdsOf = (events: readonly KeyEvent[], type: KeyEvent['type']): string[] =>
   events.filter((e) => e.type === type).map((e) => (e.data as { jobId: string }).jobId);
 
-/** Force-releases one holder (jobId) or every holder of the key: RevokeLease. */
-export const release = async (deps: OperatorDeps, input: { readonly key: string; readonly jobId?: string; readonly by: string }, metadata?: JsonObject): Promise<{ released: string[] }> => {
+/** What a release did: every lease it revoked, and of those the running ones whose slot passes on only once their handler stopped. */
+export interface Released {
+  readonly released: string[];
+  /** Running jobs: their handlers are told to stop; each slot passes on when the worker says it stopped, or when its lease lapses. */
+  readonly stopping: string[];
+}
+
+export interface ReleaseInput {
+  readonly key: string;
+  /** Only this holder; every holder of the key when absent. */
+  readonly jobId?: string;
+  readonly by: string;
+  /**
+   * Free the slots of running holders now, not once their handlers stopped: only when no handler
+   * runs (its worker is gone, its lease long). Recorded as forced (LeaseRevoked force).
+   */
+  readonly force?: boolean;
+}
+
+/**
+ * Force-releases one holder (jobId) or every holder of the key: RevokeLease. A holder nobody
+ * started lets its slot go at once; a running one's handler is told to stop first (invariant 8),
+ * unless `force`.
+ */
+export const release = async (deps: OperatorDeps, input: ReleaseInput, metadata?: JsonObject): Promise<Released> => {
   const key = checkField('key', Key, input.key);
-  const command = checked<Command>({ type: 'RevokeLease', by: input.by, jitter: deps.random(), ...(input.jobId !== undefined ? { jobId: input.jobId } : {}) });
+  if (input.force !== undefined && typeof input.force !== 'boolean') throw new ValidationError('force', 'must be true or false');
+  const command = checked<Command>({ type: 'RevokeLease', by: input.by, jitter: deps.random(), ...(input.jobId !== undefined ? { jobId: input.jobId } : {}), ...(input.force === true ? { force: true } : {}) });
   const events = await run(deps, await existingKey(deps, key), command, metadata);
-  return { released: jobIdsOf(events, 'LeaseRevoked') };
+  const freed = new Set(jobIdsOf(events, 'SlotReleased'));
+  const released = jobIdsOf(events, 'LeaseRevoked');
+  return { released, stopping: released.filter((jobId) => !freed.has(jobId)) };
 };
 
 /** Drops some parked jobs (jobIds) or all of them: DiscardParked. */
@@ -83,16 +109,25 @@ export const resume = async (deps: OperatorDeps, input: { readonly key: string; 
   return { promoted: jobIdsOf(events, 'JobPromoted') };
 };
 
+/** What a cancel did. */
+export interface Cancelled {
+  /** false: the job had already finished; nothing changed. */
+  readonly cancelled: boolean;
+  /** The job is running: its handler is told to stop, and it is cancelled (its slot passing on) when the worker says it stopped, or when its lease lapses. */
+  readonly stopping: boolean;
+}
+
 /**
  * Cancels a scheduled, parked or running job: Cancel on the job's stream (found in jl_jobs). A job
- * already finished is not cancelled (false); a holder's slot goes to the next parked job.
+ * already finished is not cancelled (false); a holder's slot goes to the next parked job, a
+ * running one's once its handler stopped.
  */
-export const cancel = async (deps: OperatorDeps, input: { readonly jobId: string; readonly by: string }, metadata?: JsonObject): Promise<{ cancelled: boolean }> => {
+export const cancel = async (deps: OperatorDeps, input: { readonly jobId: string; readonly by: string }, metadata?: JsonObject): Promise<Cancelled> => {
   const command = checked<Command>({ type: 'Cancel', jobId: input.jobId, by: input.by });
   const stream = await deps.jobStream(input.jobId);
   if (stream === null) throw new UnknownJobError(input.jobId);
   const result = await deps.execute(stream, command, metadata);
-  if (E.isRight(result)) return { cancelled: true };
-  if (result.left.tag === 'JobNotFound') return { cancelled: false };
+  if (E.isRight(result)) return { cancelled: true, stopping: !result.right.events.some((e) => e.type === 'JobCancelled') };
+  if (result.left.tag === 'JobNotFound') return { cancelled: false, stopping: false };
   throw new RefusedError(result.left);
 };

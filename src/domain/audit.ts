@@ -5,6 +5,8 @@ import { JOB_STREAM_PREFIX, KEY_STREAM_PREFIX } from './streams.js';
 // the key stream's events alone. The decider records a tenure of the key's own job as
 //   SlotAcquired | JobPromoted            the slot is taken (a promotion says how long it waited)
 //   JobStarted                            a worker began the attempt under this lease
+//   [LeaseRevoked]                        an operator released or cancelled it while it ran: its
+//                                         handler is told to stop; the slot stays held until it has
 //   [JobCompleted | JobFailed | LeaseExpired | LeaseRevoked | JobYielded | JobCancelled]
 //   SlotReleased {reason}                 the slot is free again
 // within the stream's order, the releasing event and SlotReleased in the same append. A job of
@@ -217,7 +219,8 @@ const inWords = (e: KeyEvent, guest: (jobId: string) => string, homes: Map<strin
     case 'LeaseExpired':
       return `lease ${e.data.leaseId} of job ${e.data.jobId} expired (at ${iso(e.data.expiresAt)})`;
     case 'LeaseRevoked':
-      return `lease ${e.data.leaseId} of job ${e.data.jobId} revoked by ${e.data.by}`;
+      // A running job's slot stays held until its handler stopped (or the lease lapsed), unless forced.
+      return `lease ${e.data.leaseId} of job ${e.data.jobId} revoked by ${e.data.by}${e.data.cancel === true ? ' to cancel the job' : ''}${e.data.force === true ? ', forced: its slot goes now' : ''}`;
     case 'SlotReleased':
       return `job ${e.data.jobId} let its slot go (lease ${e.data.leaseId}): ${e.data.reason}`;
     case 'JobYielded':

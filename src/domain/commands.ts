@@ -95,11 +95,20 @@ const YieldDelayMs = refine(
  * name) it is offered again after that delay, holding no slot meanwhile. `reason` is for the audit.
  */
 export const Yield = withOptional(command('Yield', { jobId: Id, leaseId: Id }), { delayMs: YieldDelayMs, reason: NonEmptyString(1_000) });
+/**
+ * The worker's handler under a revoked lease (a release, a cancel) has stopped: the slot passes
+ * on, and the job is retried (a release) or cancelled. Refused for a lease nobody revoked.
+ */
+export const Stopped = command('Stopped', { jobId: Id, leaseId: Id, jitter: Jitter });
 /** Reclaims every holder of the key whose lease has run out by `now`. */
 export const ExpireLeases = command('ExpireLeases', { jitter: Jitter });
 export const SetLimit = withOptional(command('SetLimit', { limit: Limit, by: By }), { leaseMs: LeaseMs });
-/** One holder (jobId) or every holder of the key. */
-export const RevokeLease = withOptional(command('RevokeLease', { by: By, jitter: Jitter }), { jobId: Id });
+/**
+ * One holder (jobId) or every holder of the key. A running holder's slot passes on once its
+ * handler stopped (or its lease lapsed), unless `force`: the operator says no handler runs (its
+ * worker is gone), and the slot passes on at once.
+ */
+export const RevokeLease = withOptional(command('RevokeLease', { by: By, jitter: Jitter }), { jobId: Id, force: t.literal(true) });
 /** Some parked jobs (jobIds) or all of them. */
 export const DiscardParked = withOptional(command('DiscardParked', { by: By }), { jobIds: t.array(Id) });
 export const Cancel = command('Cancel', { jobId: Id, by: By });
@@ -141,6 +150,7 @@ const codecs = {
   Complete,
   Fail,
   Yield,
+  Stopped,
   ExpireLeases,
   SetLimit,
   RevokeLease,

@@ -16,6 +16,10 @@ export type DomainError =
   /** A pause of a paused key, or a resume of a running one. */
   | { readonly tag: 'AlreadyPaused'; readonly by: string; readonly reason: string | null }
   | { readonly tag: 'NotPaused' }
+  /** A renewal of a lease an operator revoked: its handler must stop (the slot passes on when it has). */
+  | { readonly tag: 'LeaseRevoked'; readonly jobId: string; readonly leaseId: string; readonly by: string }
+  /** A worker said a handler stopped under a lease nobody revoked: it must complete, fail or yield instead. */
+  | { readonly tag: 'NotRevoked'; readonly jobId: string; readonly leaseId: string }
   /** A retry or a discard of a dead job named a job that is not dead (`status`: where it is, or how it ended). */
   | { readonly tag: 'NotDead'; readonly jobId: string; readonly status: string };
 
@@ -29,6 +33,10 @@ export const describeDomainError = (e: DomainError): string => {
       return `job ${e.jobId}: lease ${e.leaseId} was never started; nothing changed`;
     case 'JobNotFound':
       return `job ${e.jobId} is not scheduled, parked or holding a slot on this key`;
+    case 'LeaseRevoked':
+      return `job ${e.jobId}: lease ${e.leaseId} was revoked by ${e.by}; its handler must stop (the slot passes on when it has, or when the lease lapses)`;
+    case 'NotRevoked':
+      return `job ${e.jobId}: lease ${e.leaseId} was not revoked; a handler that ended reports complete, fail or yield; nothing changed`;
     case 'NotHolding':
       return `job ${e.jobId} holds no slot on this key`;
     case 'NotParked':

@@ -91,7 +91,15 @@ export const JobFailed = event('JobFailed', {
 });
 export const JobDead = event('JobDead', { jobId: JobId, reason: t.string });
 export const LeaseExpired = event('LeaseExpired', { jobId: JobId, leaseId: LeaseId, expiresAt: Time });
-export const LeaseRevoked = event('LeaseRevoked', { jobId: JobId, leaseId: LeaseId, by: t.string });
+/**
+ * An operator took the lease from its holder (release) or cancelled its job (`cancel`). A lease
+ * nobody started is released in the same append. A started one is not: its handler may be
+ * running, so the slot stays held until the worker says the handler stopped (SlotReleased
+ * {revoked|cancelled}, or the job's own end) or the lease lapses (LeaseExpired), unless `force`:
+ * the operator said no handler runs (its worker is gone), and the slot is released in the same
+ * append. Events recorded before this rule always have their SlotReleased in the same append.
+ */
+export const LeaseRevoked = eventWith('LeaseRevoked', { jobId: JobId, leaseId: LeaseId, by: t.string }, { cancel: t.literal(true), force: t.literal(true) });
 /** With msgId: the lease's dispatch message, archived in the same transaction. */
 export const SlotReleased = eventWith('SlotReleased', { jobId: JobId, leaseId: LeaseId, reason: ReleaseReason }, { msgId: MsgId });
 /**

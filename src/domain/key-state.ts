@@ -16,7 +16,14 @@ const Lease = t.type({
   /** The dispatch message the worker started it from (JobStarted.msgId); null before, and for a direct handoff. */
   msgId: t.union([t.string, t.null]),
 });
-export type Lease = t.TypeOf<typeof Lease>;
+/**
+ * A started lease an operator revoked (LeaseRevoked): its handler is told to stop, and the slot
+ * stays held until the worker says it stopped or the lease lapses. `cancel`: the job is cancelled
+ * then, instead of being retried.
+ */
+const Revoked = t.type({ by: t.string, at: t.number, cancel: t.boolean });
+const LeaseState = t.intersection([Lease, t.partial({ revoked: Revoked })]);
+export type Lease = t.TypeOf<typeof LeaseState>;
 
 export const JobStatus = t.keyof({
   /** Transient inside one append: enqueued or released, its next place not yet recorded. */
@@ -44,7 +51,7 @@ const JobStateFields = t.type({
   runAt: t.union([t.number, t.null]),
   /** When a parked job was parked; null otherwise. */
   parkedAt: t.union([t.number, t.null]),
-  lease: t.union([Lease, t.null]),
+  lease: t.union([LeaseState, t.null]),
 });
 /**
  * `debounce`: the job's name, kept only for a job enqueued with whenFull "replace": a newer one of
@@ -76,7 +83,7 @@ export const KeyStateCodec = t.intersection([KeyStateFields, t.partial({ paused:
 export type KeyState = t.TypeOf<typeof KeyStateCodec>;
 
 /** Bump when KeyState's shape or meaning changes: snapshots of another version are ignored and the stream is folded instead. */
-export const KEY_STATE_SCHEMA_VERSION = 3;
+export const KEY_STATE_SCHEMA_VERSION = 4;
 
 export const initialKeyState: KeyState = { limit: 0, leaseMs: 0, nextSeq: 0, admissions: 0, holding: 0, jobs: {} };
 
@@ -260,9 +267,14 @@ export const apply = (d: Draft, event: KeyEvent): void => {
     case 'JobRejected':
     case 'ParkedReplaced':
       return setJob(d, event.data.jobId, finish);
+    case 'LeaseRevoked': {
+      // The SlotReleased that follows (in this append for a lease nobody started, later for a started one) frees the slot.
+      // A cancel pending on the lease stays one when a release follows it.
+      const revoke = (lease: Lease): Lease => ({ ...lease, revoked: { by: event.data.by, at: event.data.at, cancel: event.data.cancel === true || lease.revoked?.cancel === true } });
+      return setJob(d, event.data.jobId, (job) => ({ ...job, lease: job.lease && revoke(job.lease) }));
+    }
     case 'JobFailed':
     case 'LeaseExpired':
-    case 'LeaseRevoked':
       // The SlotReleased that follows in the same append moves the job on.
       return;
     case 'LimitWaiting':

@@ -45,6 +45,7 @@ const SEQ = 512;
 // Bits of SlotChange.m.
 const SLOT_STARTED = 1;
 const SLOT_EXPIRES = 2;
+const SLOT_REVOKED = 4;
 
 interface Columns {
   status: string | null;
@@ -66,7 +67,13 @@ interface SlotRow {
   worker_id: string | null;
   started_at: number | null;
   attempt: number | null;
+  revoked_by: string | null;
+  revoked_at: number | null;
+  revoke_cancels: boolean | null;
 }
+
+/** A revocation of a running lease (LeaseRevoked): who, when, and whether it cancels the job. */
+type Revocation = Pick<SlotRow, 'revoked_by' | 'revoked_at' | 'revoke_cancels'>;
 
 /** What one batch does to one job's rows. */
 interface JobChange {
@@ -88,7 +95,7 @@ interface JobChange {
   /** A slot taken in the batch and still held at its end. */
   slot: SlotRow | null;
   /** Changes to a slot row from before the batch (SLOT_* bits). */
-  slotPatch: { m: number; worker_id: string | null; attempt: number | null; started_at: number | null; expires_at: number | null } | null;
+  slotPatch: ({ m: number; worker_id: string | null; attempt: number | null; started_at: number | null; expires_at: number | null } & Revocation) | null;
   /** Its jl_parked row from before the batch goes. */
   dropParked: boolean;
   /** Parked in the batch and still parked at its end: when, and the revision of its JobParked. */
@@ -126,7 +133,7 @@ const leaveParking = (c: JobChange, fromParking: boolean): void => {
 };
 
 const patchSlot = (c: JobChange): NonNullable<JobChange['slotPatch']> =>
-  (c.slotPatch ??= { m: 0, worker_id: null, attempt: null, started_at: null, expires_at: null });
+  (c.slotPatch ??= { m: 0, worker_id: null, attempt: null, started_at: null, expires_at: null, revoked_by: null, revoked_at: null, revoke_cancels: null });
 
 // A rejected job and a replaced parked one never run: discarded, with why in finish_reason.
 const FINISHED: Partial<Record<KeyEvent['type'], string>> = {
@@ -158,7 +165,7 @@ const foldEvent = (c: JobChange, pe: ProjectedEvent): void => {
       set(c, STATUS, 'status', 'holding');
       set(c, LEASE_ID, 'lease_id', event.data.leaseId);
       set(c, RUN_AT, 'run_at', null);
-      c.slot = { lease_id: event.data.leaseId, how: event.type === 'SlotAcquired' ? 'acquired' : 'promoted', acquired_at: at, expires_at: null, worker_id: null, started_at: null, attempt: null };
+      c.slot = { lease_id: event.data.leaseId, how: event.type === 'SlotAcquired' ? 'acquired' : 'promoted', acquired_at: at, expires_at: null, worker_id: null, started_at: null, attempt: null, revoked_by: null, revoked_at: null, revoke_cancels: null };
       break;
     case 'JobRetried':
       // Back from the dead as a new arrival: pending until the same append admits or parks it, a
@@ -248,10 +255,19 @@ const foldEvent = (c: JobChange, pe: ProjectedEvent): void => {
       set(c, FINISHED_AT, 'finished_at', at);
       break;
     }
+    case 'LeaseRevoked': {
+      // The holder is stopping (the slot stays until the SlotReleased that follows: in this append for a lease nobody started, later for a running one).
+      const revocation: Revocation = { revoked_by: event.data.by, revoked_at: at, revoke_cancels: event.data.cancel === true };
+      if (c.slot !== null) Object.assign(c.slot, revocation);
+      else {
+        const p = patchSlot(c);
+        Object.assign(p, { m: p.m | SLOT_REVOKED, ...revocation });
+      }
+      return;
+    }
     case 'KeyLimitSet':
     case 'LeaseExpired':
-    case 'LeaseRevoked':
-      // KeyLimitSet is the key's (jl_keys); the SlotReleased that follows an expiry or revocation frees the slot.
+      // KeyLimitSet is the key's (jl_keys); the SlotReleased that follows an expiry frees the slot.
       return;
   }
   c.updatedAt = at;
@@ -436,18 +452,22 @@ WHERE j.job_id = ANY ($2::text[]) AND j.job_id = x.job_id`;
 export const DELETE_SLOTS_SQL = `DELETE FROM jl_slots WHERE job_id = ANY($1::text[])`;
 
 export const INSERT_SLOTS_SQL = `
-INSERT INTO jl_slots (job_id, stream, key, lease_id, how, acquired_at, expires_at, worker_id, started_at, attempt)
-SELECT job_id, stream, key, lease_id, how, ${ms('acquired_at')}, ${ms('expires_at')}, worker_id, ${ms('started_at')}, attempt
+INSERT INTO jl_slots (job_id, stream, key, lease_id, how, acquired_at, expires_at, worker_id, started_at, attempt, revoked_by, revoked_at, revoke_cancels)
+SELECT job_id, stream, key, lease_id, how, ${ms('acquired_at')}, ${ms('expires_at')}, worker_id, ${ms('started_at')}, attempt, revoked_by, ${ms('revoked_at')}, revoke_cancels
 FROM jsonb_to_recordset($1::jsonb) AS x (
-  job_id text, stream text, key text, lease_id text, how text, acquired_at float8, expires_at float8, worker_id text, started_at float8, attempt int)`;
+  job_id text, stream text, key text, lease_id text, how text, acquired_at float8, expires_at float8, worker_id text, started_at float8, attempt int,
+  revoked_by text, revoked_at float8, revoke_cancels boolean)`;
 
 export const UPDATE_SLOTS_SQL = `
 UPDATE jl_slots s SET
   worker_id = CASE WHEN x.m & ${SLOT_STARTED} <> 0 THEN x.worker_id ELSE s.worker_id END,
   attempt = CASE WHEN x.m & ${SLOT_STARTED} <> 0 THEN x.attempt ELSE s.attempt END,
   started_at = CASE WHEN x.m & ${SLOT_STARTED} <> 0 THEN ${ms('x.started_at')} ELSE s.started_at END,
-  expires_at = CASE WHEN x.m & ${SLOT_EXPIRES} <> 0 THEN ${ms('x.expires_at')} ELSE s.expires_at END
-FROM jsonb_to_recordset($1::jsonb) AS x (job_id text, m int, worker_id text, attempt int, started_at float8, expires_at float8)
+  expires_at = CASE WHEN x.m & ${SLOT_EXPIRES} <> 0 THEN ${ms('x.expires_at')} ELSE s.expires_at END,
+  revoked_by = CASE WHEN x.m & ${SLOT_REVOKED} <> 0 THEN x.revoked_by ELSE s.revoked_by END,
+  revoked_at = CASE WHEN x.m & ${SLOT_REVOKED} <> 0 THEN ${ms('x.revoked_at')} ELSE s.revoked_at END,
+  revoke_cancels = CASE WHEN x.m & ${SLOT_REVOKED} <> 0 THEN x.revoke_cancels ELSE s.revoke_cancels END
+FROM jsonb_to_recordset($1::jsonb) AS x (job_id text, m int, worker_id text, attempt int, started_at float8, expires_at float8, revoked_by text, revoked_at float8, revoke_cancels boolean)
 WHERE s.job_id = ANY ($2::text[]) AND s.job_id = x.job_id`;
 
 export const DELETE_PARKED_SQL = `DELETE FROM jl_parked WHERE job_id = ANY($1::text[])`;

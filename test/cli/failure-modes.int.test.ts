@@ -64,8 +64,8 @@ describe('FAILURE-MODES #16: no way to release 390k stuck jobs but a console (so
     const { rows: marks } = await db.pool.query<{ last: string }>('SELECT max(global_position)::text AS last FROM events');
     const before = marks[0]!.last;
 
-    // The dead holder's slot goes to the first in line.
-    expect(await cliJson('release', '--key', key, '--by', 'alice')).toEqual({ released: ['stuck-holder'] });
+    // The dead holder's slot goes to the first in line: forced, since its worker is gone and its lease runs an hour.
+    expect(await cliJson('release', '--key', key, '--by', 'alice', '--force')).toEqual({ released: ['stuck-holder'], stopping: [] });
     // A raise admits 999 more in the same call.
     const raised = await cliJson<{ limit: number; promoted: string[] }>('set-limit', '--key', key, '--limit', '1000', '--by', 'bob');
     expect(raised).toEqual({ limit: 1000, promoted: parked.slice(1, 1_000) });

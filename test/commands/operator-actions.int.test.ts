@@ -35,9 +35,12 @@ const keyWith = async (key: string, holder: string, parked: readonly string[], s
 };
 
 describe('release', () => {
-  it('revokes a live holder with who did it; the parked job takes the slot; a started holder is retried later', async () => {
+  it('issue 21 #1: revokes a running holder with who did it, and frees nothing until its handler stopped; then the parked job takes the slot and the started holder is retried later', async () => {
     const from = (await keyWith('rel-one', 'r1', ['r2'])) + 1;
-    expect(await s.ledger.release({ key: 'rel-one', jobId: 'r1', by: 'alice' })).toEqual({ released: ['r1'] });
+    expect(await s.ledger.release({ key: 'rel-one', jobId: 'r1', by: 'alice' })).toEqual({ released: ['r1'], stopping: ['r1'] });
+    expect(await typesOf('rel-one', from)).toEqual(['LeaseRevoked r1 alice']);
+    expect((await s.ledger.keyDetail('rel-one'))?.holders).toEqual([expect.objectContaining({ jobId: 'r1', revoked: { by: 'alice', at: T0 + SEC, cancels: false } })]);
+    await s.stopped('rel-one', 'r1');
     expect(await typesOf('rel-one', from)).toEqual(['LeaseRevoked r1 alice', 'SlotReleased r1 revoked', 'JobScheduled r1', 'JobPromoted r2']);
     expect((await s.ledger.keyDetail('rel-one'))?.holders.map((h) => h.jobId)).toEqual(['r2']);
   });
@@ -88,17 +91,25 @@ describe('setLimit', () => {
 describe('cancel', () => {
   it('cancels a parked job (found through the jobs read model); a finished job is not cancelled again', async () => {
     const from = (await keyWith('can', 'c1', ['c2'])) + 1;
-    expect(await s.ledger.cancel({ jobId: 'c2', by: 'erin' })).toEqual({ cancelled: true });
+    expect(await s.ledger.cancel({ jobId: 'c2', by: 'erin' })).toEqual({ cancelled: true, stopping: false });
     expect(await typesOf('can', from)).toEqual(['JobCancelled c2 erin']);
     const before = await s.eventCount();
-    expect(await s.ledger.cancel({ jobId: 'c2', by: 'erin' })).toEqual({ cancelled: false });
+    expect(await s.ledger.cancel({ jobId: 'c2', by: 'erin' })).toEqual({ cancelled: false, stopping: false });
     expect(await s.eventCount()).toBe(before);
   });
 
-  it('cancels a holder: its slot goes to the next parked job', async () => {
+  it('issue 21 #1: cancels a running holder: its lease is revoked, and its slot goes to the next parked job only once its handler stopped', async () => {
     const from = (await keyWith('can-holder', 'ch1', ['ch2'])) + 1;
-    expect(await s.ledger.cancel({ jobId: 'ch1', by: 'erin' })).toEqual({ cancelled: true });
-    expect(await typesOf('can-holder', from)).toEqual(['JobCancelled ch1 erin', 'SlotReleased ch1 cancelled', 'JobPromoted ch2']);
+    expect(await s.ledger.cancel({ jobId: 'ch1', by: 'erin' })).toEqual({ cancelled: true, stopping: true });
+    expect(await typesOf('can-holder', from)).toEqual(['LeaseRevoked ch1 erin']);
+    await s.stopped('can-holder', 'ch1');
+    expect(await typesOf('can-holder', from)).toEqual(['LeaseRevoked ch1 erin', 'JobCancelled ch1 erin', 'SlotReleased ch1 cancelled', 'JobPromoted ch2']);
+  });
+
+  it('cancels a holder nobody started: its slot goes to the next parked job at once', async () => {
+    const from = (await keyWith('can-unstarted', 'cu1', ['cu2'], false)) + 1;
+    expect(await s.ledger.cancel({ jobId: 'cu1', by: 'erin' })).toEqual({ cancelled: true, stopping: false });
+    expect(await typesOf('can-unstarted', from)).toEqual(['JobCancelled cu1 erin', 'SlotReleased cu1 cancelled', 'JobPromoted cu2']);
   });
 
   it('an unknown job is named as such', async () => {

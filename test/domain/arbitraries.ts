@@ -36,7 +36,7 @@ interface Policy {
   readonly leaseMs: number | null;
 }
 
-export type LeaseOp = 'Start' | 'Renew' | 'Complete' | 'Fail' | 'Yield';
+export type LeaseOp = 'Start' | 'Renew' | 'Complete' | 'Fail' | 'Yield' | 'Stopped';
 
 export type Intent = { readonly dt: number } & (
   | { readonly kind: 'enqueue'; readonly many: boolean; readonly jobs: readonly JobIntent[]; readonly policy: Policy }
@@ -60,7 +60,7 @@ export type Intent = { readonly dt: number } & (
   | { readonly kind: 'setLimit'; readonly limit: number; readonly leaseMs: number | null }
   | { readonly kind: 'pause'; readonly reason: string | null }
   | { readonly kind: 'resume' }
-  | { readonly kind: 'revoke'; readonly pick: number | null; readonly jitter: number }
+  | { readonly kind: 'revoke'; readonly pick: number | null; readonly jitter: number; readonly force: boolean }
   | { readonly kind: 'discard'; readonly mask: number | null; readonly stray: number | null }
   | { readonly kind: 'cancel'; readonly pick: number }
   /** An operator retries a dead job (stray: a job the key still holds, which is refused). */
@@ -135,7 +135,7 @@ const intentArb: fc.Arbitrary<Intent> = fc.oneof(
     arbitrary: withDt(
       fc.record({
         kind: fc.constant('lease' as const),
-        op: fc.constantFrom<LeaseOp>('Start', 'Start', 'Start', 'Complete', 'Complete', 'Complete', 'Fail', 'Renew', 'Yield'),
+        op: fc.constantFrom<LeaseOp>('Start', 'Start', 'Start', 'Complete', 'Complete', 'Complete', 'Fail', 'Renew', 'Yield', 'Stopped'),
         pick: pickArb,
         stale: fc.integer({ min: 0, max: 4 }).map((n) => n === 0),
         sameJob: fc.boolean(),
@@ -159,7 +159,7 @@ const intentArb: fc.Arbitrary<Intent> = fc.oneof(
   { weight: 2, arbitrary: withDt(fc.record({ kind: fc.constant('resume' as const) })) },
   {
     weight: 4,
-    arbitrary: withDt(fc.record({ kind: fc.constant('revoke' as const), pick: sometimes(pickArb, 70), jitter: jitterArb })),
+    arbitrary: withDt(fc.record({ kind: fc.constant('revoke' as const), pick: sometimes(pickArb, 70), jitter: jitterArb, force: fc.integer({ min: 0, max: 4 }).map((n) => n === 0) })),
   },
   {
     weight: 4,
@@ -278,7 +278,8 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
       const hs = holders(state).sort(bySeq);
       const started = hs.filter((h) => h.lease?.workerId != null);
       const unstarted = hs.filter((h) => h.lease?.workerId == null);
-      const preferred = intent.op === 'Start' ? unstarted : intent.op === 'Complete' || intent.op === 'Fail' ? started : hs;
+      const revoked = started.filter((h) => h.lease?.revoked !== undefined);
+      const preferred = intent.op === 'Start' ? unstarted : intent.op === 'Complete' || intent.op === 'Fail' ? started : intent.op === 'Stopped' ? revoked : hs;
       const pool = preferred.length > 0 ? preferred : hs;
       let jobId: string;
       let leaseId: string;
@@ -304,6 +305,8 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
           return { type: 'Complete', jobId, leaseId, ...handOff };
         case 'Fail':
           return { type: 'Fail', jobId, leaseId, error: 'boom', jitter: intent.jitter, ...handOff };
+        case 'Stopped':
+          return { type: 'Stopped', jobId, leaseId, jitter: intent.jitter };
         case 'Yield':
           return intent.yieldDelay === null
             ? { type: 'Yield', jobId, leaseId }
@@ -321,10 +324,11 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
     case 'resume':
       return { type: 'ResumeKey', by };
     case 'revoke': {
-      if (intent.pick === null) return { type: 'RevokeLease', by, jitter: intent.jitter };
+      const force = intent.force ? { force: true as const } : {};
+      if (intent.pick === null) return { type: 'RevokeLease', by, jitter: intent.jitter, ...force };
       const hs = holders(state).sort(bySeq);
       const jobId = at(hs, intent.pick)?.jobId ?? at(memory.known, intent.pick) ?? 'ghost';
-      return { type: 'RevokeLease', by, jitter: intent.jitter, jobId };
+      return { type: 'RevokeLease', by, jitter: intent.jitter, jobId, ...force };
     }
     case 'discard': {
       if (intent.mask === null) return { type: 'DiscardParked', by };

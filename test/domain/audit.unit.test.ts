@@ -99,12 +99,13 @@ describe('handoffsOf', () => {
     const events = play(
       [enqueue('a'), T0], // 0-2
       [startCmd('a', 'a:1'), T0 + SEC], // 3
-      [{ type: 'RevokeLease', by: 'alice', jitter: 0, jobId: 'a' }, T0 + 2 * SEC], // 4 LeaseRevoked, 5 SlotReleased, 6 JobScheduled
+      [{ type: 'RevokeLease', by: 'alice', jitter: 0, jobId: 'a' }, T0 + 2 * SEC], // 4 LeaseRevoked
+      [{ type: 'Stopped', jobId: 'a', leaseId: 'a:1', jitter: 0 }, T0 + 3 * SEC], // 5 SlotReleased, 6 JobScheduled
       [{ type: 'AdmitDue' }, T0 + 3_600 * SEC], // 7 SlotAcquired a:2
       [startCmd('a', 'a:2', 'w2'), T0 + 3_601 * SEC], // 8
     );
     expect(handoffsOf('k', events)).toEqual([
-      handoff({ jobId: 'a', leaseId: 'a:1', acquiredAt: T0, acquiredRevision: 2, attempt: 1, workerId: 'w1', startedAt: T0 + SEC, releasedAt: T0 + 2 * SEC, reason: 'revoked', by: 'alice', releasedRevision: 5 }),
+      handoff({ jobId: 'a', leaseId: 'a:1', acquiredAt: T0, acquiredRevision: 2, attempt: 1, workerId: 'w1', startedAt: T0 + SEC, releasedAt: T0 + 3 * SEC, reason: 'revoked', by: 'alice', releasedRevision: 5 }),
       handoff({ jobId: 'a', leaseId: 'a:2', acquiredAt: T0 + 3_600 * SEC, acquiredRevision: 7, attempt: 2, workerId: 'w2', startedAt: T0 + 3_601 * SEC }),
     ]);
   });

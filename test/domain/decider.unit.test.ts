@@ -471,15 +471,40 @@ describe('SetLimit', () => {
 });
 
 describe('RevokeLease', () => {
-  it('revokes one holder; its started attempt counts and it is retried', () => {
-    given(...aRunningBParked)
-      .when({ type: 'RevokeLease', jobId: 'a', by: 'ops', jitter: 0 }, T0 + 2 * SEC)
-      .then(
-        revoked('a', 'a:1', 'ops', T0 + 2 * SEC),
-        released('a', 'a:1', 'revoked', T0 + 2 * SEC),
-        scheduled('a', T0 + 2 * SEC + 500, T0 + 2 * SEC),
-        promoted('b', 'b:2', T0 + 2 * SEC, 2 * SEC),
-      );
+  it('issue 21 #1: revokes a running holder without freeing its slot; the parked job waits for the handler to stop', () => {
+    given(...aRunningBParked).when({ type: 'RevokeLease', jobId: 'a', by: 'ops', jitter: 0 }, T0 + 2 * SEC).then(revoked('a', 'a:1', 'ops', T0 + 2 * SEC));
+  });
+
+  it('once the worker says the handler stopped, the slot passes on; its started attempt counts and it is retried', () => {
+    given(...aRunningBParked, revoked('a', 'a:1', 'ops', T0 + 2 * SEC))
+      .when({ type: 'Stopped', jobId: 'a', leaseId: 'a:1', jitter: 0 }, T0 + 3 * SEC)
+      .then(released('a', 'a:1', 'revoked', T0 + 3 * SEC), scheduled('a', T0 + 3 * SEC + 500, T0 + 3 * SEC), promoted('b', 'b:2', T0 + 3 * SEC, 3 * SEC));
+  });
+
+  it('a revoked lease whose worker never answers lapses like any other, and the slot passes on then', () => {
+    given(...aRunningBParked, revoked('a', 'a:1', 'ops', T0 + 2 * SEC))
+      .when({ type: 'ExpireLeases', jitter: 0 }, T0 + SEC + LEASE)
+      .then(expired('a', 'a:1', T0 + SEC + LEASE, T0 + SEC + LEASE), released('a', 'a:1', 'expired', T0 + SEC + LEASE), scheduled('a', T0 + SEC + LEASE + 500, T0 + SEC + LEASE), promoted('b', 'b:2', T0 + SEC + LEASE, SEC + LEASE));
+  });
+
+  it('a revoked lease is not renewed: the refusal tells the worker to stop the handler', () => {
+    given(...aRunningBParked, revoked('a', 'a:1', 'ops', T0 + 2 * SEC))
+      .when({ type: 'Renew', jobId: 'a', leaseId: 'a:1' }, T0 + 3 * SEC)
+      .thenRefused({ tag: 'LeaseRevoked', jobId: 'a', leaseId: 'a:1', by: 'ops' });
+  });
+
+  it('a handler that completed before it heard of the revocation is recorded as completed', () => {
+    given(...aRunningBParked, revoked('a', 'a:1', 'ops', T0 + 2 * SEC))
+      .when({ type: 'Complete', jobId: 'a', leaseId: 'a:1' }, T0 + 3 * SEC)
+      .then(completed('a', 'a:1', T0 + 3 * SEC), released('a', 'a:1', 'completed', T0 + 3 * SEC), promoted('b', 'b:2', T0 + 3 * SEC, 3 * SEC));
+  });
+
+  it('a lease nobody revoked cannot end as stopped', () => {
+    given(...aRunningBParked).when({ type: 'Stopped', jobId: 'a', leaseId: 'a:1', jitter: 0 }).thenRefused({ tag: 'NotRevoked', jobId: 'a', leaseId: 'a:1' });
+  });
+
+  it('a second revocation of the same lease records nothing', () => {
+    given(...aRunningBParked, revoked('a', 'a:1', 'ops', T0 + 2 * SEC)).when({ type: 'RevokeLease', jobId: 'a', by: 'ops2', jitter: 0 }).thenNothing();
   });
 
   it('revokes every holder of the key when no job is named', () => {
@@ -521,8 +546,39 @@ describe('DiscardParked', () => {
 });
 
 describe('Cancel', () => {
-  it('cancels a holder and hands its slot to the next parked job', () => {
-    given(...aRunningBParked)
+  it('issue 21 #1: a cancel of a running job revokes its lease and frees nothing until its handler stopped', () => {
+    given(...aRunningBParked).when({ type: 'Cancel', jobId: 'a', by: 'ops' }, T0 + 3 * SEC).then(revoked('a', 'a:1', 'ops', T0 + 3 * SEC, true));
+  });
+
+  it('the handler stopped: the job is cancelled and its slot goes to the next parked job', () => {
+    given(...aRunningBParked, revoked('a', 'a:1', 'ops', T0 + 3 * SEC, true))
+      .when({ type: 'Stopped', jobId: 'a', leaseId: 'a:1', jitter: 0 }, T0 + 4 * SEC)
+      .then(cancelled('a', 'ops', T0 + 4 * SEC), released('a', 'a:1', 'cancelled', T0 + 4 * SEC), promoted('b', 'b:2', T0 + 4 * SEC, 4 * SEC));
+  });
+
+  it('a cancelled job whose handler failed, or gave its slot back, is cancelled, never retried', () => {
+    const revokedA = [...aRunningBParked, revoked('a', 'a:1', 'ops', T0 + 3 * SEC, true)];
+    given(...revokedA)
+      .when({ type: 'Fail', jobId: 'a', leaseId: 'a:1', error: 'aborted', jitter: 0 }, T0 + 4 * SEC)
+      .then(failed('a', 'a:1', T0 + 4 * SEC, 1, 'aborted', null), released('a', 'a:1', 'failed', T0 + 4 * SEC), cancelled('a', 'ops', T0 + 4 * SEC), promoted('b', 'b:2', T0 + 4 * SEC, 4 * SEC));
+    given(...revokedA)
+      .when({ type: 'Yield', jobId: 'a', leaseId: 'a:1' }, T0 + 4 * SEC)
+      .then(yielded('a', 'a:1', T0 + 4 * SEC, 0), released('a', 'a:1', 'yielded', T0 + 4 * SEC), cancelled('a', 'ops', T0 + 4 * SEC), promoted('b', 'b:2', T0 + 4 * SEC, 4 * SEC));
+  });
+
+  it('a cancelled job whose worker never answers is cancelled when its lease lapses', () => {
+    given(...aRunningBParked, revoked('a', 'a:1', 'ops', T0 + 3 * SEC, true))
+      .when({ type: 'ExpireLeases', jitter: 0 }, T0 + SEC + LEASE)
+      .then(expired('a', 'a:1', T0 + SEC + LEASE, T0 + SEC + LEASE), cancelled('a', 'ops', T0 + SEC + LEASE), released('a', 'a:1', 'expired', T0 + SEC + LEASE), promoted('b', 'b:2', T0 + SEC + LEASE, SEC + LEASE));
+  });
+
+  it('a cancel of a job released (revoked) while it runs makes it a cancel; a second cancel records nothing', () => {
+    given(...aRunningBParked, revoked('a', 'a:1', 'ops', T0 + 3 * SEC)).when({ type: 'Cancel', jobId: 'a', by: 'ops2' }).then(revoked('a', 'a:1', 'ops2', T0, true));
+    given(...aRunningBParked, revoked('a', 'a:1', 'ops', T0 + 3 * SEC, true)).when({ type: 'Cancel', jobId: 'a', by: 'ops2' }).thenNothing();
+  });
+
+  it('cancels a holder nobody started, and hands its slot to the next parked job at once', () => {
+    given(limitSet(1), enqueued(a), acquired('a', 'a:1'), enqueued(b), parked('b'))
       .when({ type: 'Cancel', jobId: 'a', by: 'ops' }, T0 + 3 * SEC)
       .then(cancelled('a', 'ops', T0 + 3 * SEC), released('a', 'a:1', 'cancelled', T0 + 3 * SEC), promoted('b', 'b:2', T0 + 3 * SEC, 3 * SEC));
   });

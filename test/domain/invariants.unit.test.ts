@@ -393,6 +393,27 @@ const RELEASE_REASON: Partial<Record<Command['type'], string>> = {
   Cancel: 'cancelled',
 };
 
+/**
+ * Invariant 8 (issue 21 #1): a started lease's slot is released only when its handler ended
+ * (Complete, Fail, Yield or Stopped under that lease) or when the lease lapsed (ExpireLeases,
+ * past its expiry): never by an operator's Cancel or RevokeLease, which revoke it instead, unless
+ * the operator forces it (RevokeLease force: no handler runs, its worker is gone).
+ */
+const startedSlotsEndOnlyWithTheirHandler = (trace: Trace): void => {
+  for (const step of trace.steps) {
+    const { command: c, before } = step;
+    for (const e of step.events) {
+      if (e.type !== 'SlotReleased') continue;
+      const lease = before.jobs[e.data.jobId]?.lease;
+      if (lease?.leaseId !== e.data.leaseId || lease.workerId === null) continue;
+      const byItsHandler = (c.type === 'Complete' || c.type === 'Fail' || c.type === 'Yield' || c.type === 'Stopped') && c.jobId === e.data.jobId && c.leaseId === e.data.leaseId;
+      const lapsed = c.type === 'ExpireLeases' && lease.expiresAt !== null && lease.expiresAt <= step.now;
+      const forced = c.type === 'RevokeLease' && c.force === true && step.events.some((r) => r.type === 'LeaseRevoked' && r.data.leaseId === e.data.leaseId && r.data.force === true);
+      if (!byItsHandler && !lapsed && !forced) violation(trace, step, `${c.type} released the started lease ${e.data.leaseId} of ${e.data.jobId}, whose handler may still run`);
+    }
+  }
+};
+
 /** Every command the generator makes is accepted by the codecs, decide never throws, and refuses exactly what it must. */
 const decisionsAreTotalAndRefuseOnlyWhatTheyMust = (trace: Trace): void => {
   for (const step of trace.steps) {
@@ -408,8 +429,13 @@ const decisionsAreTotalAndRefuseOnlyWhatTheyMust = (trace: Trace): void => {
         expected = c.leaseId !== job?.lease?.leaseId ? 'StaleLease' : job.lease.workerId === null ? 'NotStarted' : null;
         break;
       case 'Renew':
+        expected = c.leaseId !== job?.lease?.leaseId ? 'StaleLease' : job.lease.revoked !== undefined ? 'LeaseRevoked' : null;
+        break;
       case 'Yield':
         expected = c.leaseId !== job?.lease?.leaseId ? 'StaleLease' : null;
+        break;
+      case 'Stopped':
+        expected = c.leaseId !== job?.lease?.leaseId ? 'StaleLease' : job.lease.revoked === undefined ? 'NotRevoked' : null;
         break;
       case 'Cancel':
         expected = job === undefined ? 'JobNotFound' : null;
@@ -449,11 +475,14 @@ const decisionsAreTotalAndRefuseOnlyWhatTheyMust = (trace: Trace): void => {
     if (E.isLeft(result)) continue;
     // Only a holder's own command, the sweeper, an operator's revoke or a cancel frees a slot; a
     // lowered limit preempts no one, and only silence (ExpireLeases) expires a lease.
-    const reason = RELEASE_REASON[c.type];
     for (const e of step.events) {
+      // The worker's word that a revoked lease's handler stopped releases it as revoked, or as cancelled if the revocation cancels the job.
+      // (a forced release of a running job whose cancel was pending, as cancelled).
+      const pendingCancel = before.jobs[e.type === 'SlotReleased' ? e.data.jobId : '']?.lease?.revoked?.cancel === true;
+      const reason = c.type === 'Stopped' || c.type === 'RevokeLease' ? (pendingCancel ? 'cancelled' : 'revoked') : RELEASE_REASON[c.type];
       if (e.type === 'SlotReleased' && e.data.reason !== reason) violation(trace, step, `${c.type} released ${e.data.jobId}'s slot as '${e.data.reason}'`);
       if (e.type === 'LeaseExpired' && c.type !== 'ExpireLeases') violation(trace, step, `${c.type} expired ${e.data.jobId}'s lease`);
-      if (e.type === 'LeaseRevoked' && c.type !== 'RevokeLease') violation(trace, step, `${c.type} revoked ${e.data.jobId}'s lease`);
+      if (e.type === 'LeaseRevoked' && c.type !== 'RevokeLease' && !(c.type === 'Cancel' && e.data.cancel === true)) violation(trace, step, `${c.type} revoked ${e.data.jobId}'s lease`);
     }
     // An accepted operator command does what it says, as events.
     if (c.type === 'DiscardParked') {
@@ -463,8 +492,11 @@ const decisionsAreTotalAndRefuseOnlyWhatTheyMust = (trace: Trace): void => {
         violation(trace, step, `DiscardParked should discard [${wanted.join(', ')}], recorded [${discarded.join(', ')}]`);
       }
     }
-    if (c.type === 'Cancel' && !step.events.some((e) => e.type === 'JobCancelled' && e.data.jobId === c.jobId)) {
-      violation(trace, step, `Cancel of ${c.jobId} recorded no JobCancelled`);
+    // A running job's cancel revokes its lease (once): it is cancelled when its handler stopped.
+    const running = before.jobs[c.type === 'Cancel' ? c.jobId : '']?.lease;
+    const cancelRecorded = (e: KeyEvent) => (running?.workerId != null ? e.type === 'LeaseRevoked' && e.data.cancel === true : e.type === 'JobCancelled') && (e.data as { jobId?: string }).jobId === (c as { jobId: string }).jobId;
+    if (c.type === 'Cancel' && running?.revoked?.cancel !== true && !step.events.some(cancelRecorded)) {
+      violation(trace, step, `Cancel of ${c.jobId} recorded no ${running?.workerId != null ? 'LeaseRevoked (cancel)' : 'JobCancelled'}`);
     }
   }
 };
@@ -632,6 +664,10 @@ describe('key stream decisions, over the same random sequences', () => {
     check(decisionsAreTotalAndRefuseOnlyWhatTheyMust);
   }, TIMEOUT_MS);
 
+  it('invariant 8: a started lease\'s slot is released only by its own handler\'s end or its lapse, whatever an operator does', () => {
+    check(startedSlotsEndOnlyWithTheirHandler);
+  }, TIMEOUT_MS);
+
   it('a direct handoff starts only the first job its release promoted onto the worker\'s queue', () => {
     check(handoffStartsOnlyWhatItPromoted);
   }, TIMEOUT_MS);
@@ -659,7 +695,7 @@ describe('key stream decisions, over the same random sequences', () => {
   it('the generator reaches the paths the invariants speak of', () => {
     const counts = new Map<string, number>();
     const count = (what: string, yes: boolean) => yes && counts.set(what, (counts.get(what) ?? 0) + 1);
-    for (const scenario of fc.sample(scenarioArb(), { numRuns: 300, seed: 20_261_130 })) {
+    for (const scenario of fc.sample(scenarioArb(), { numRuns: 800, seed: 20_261_130 })) {
       const trace = runScenario(scenario);
       for (const step of trace.steps) {
         const types = new Set(step.events.map((e) => e.type));
@@ -682,6 +718,10 @@ describe('key stream decisions, over the same random sequences', () => {
         count('revoked', types.has('LeaseRevoked'));
         count('parked discarded', types.has('ParkedDiscarded'));
         count('holder cancelled', step.command.type === 'Cancel' && types.has('SlotReleased'));
+        count('running job cancelled: lease revoked', step.command.type === 'Cancel' && types.has('LeaseRevoked') && !types.has('SlotReleased'));
+        count('running job released by force', step.command.type === 'RevokeLease' && step.events.some((e) => e.type === 'LeaseRevoked' && e.data.force === true) && types.has('SlotReleased'));
+        count('revoked lease ended by its handler', step.command.type === 'Stopped' && types.has('SlotReleased'));
+        count('revoked lease lapsed', step.command.type === 'ExpireLeases' && types.has('LeaseExpired') && step.events.some((e) => e.type === 'LeaseExpired' && step.before.jobs[e.data.jobId]?.lease?.revoked !== undefined));
         count('holders above a lowered limit', holders(step.after).length > step.after.limit);
         count('batch parks', step.command.type === 'EnqueueMany' && types.has('SlotAcquired') && types.has('JobParked'));
         count('active job re-enqueued', step.command.type === 'Enqueue' && step.before.jobs[step.command.job.jobId] !== undefined);
@@ -695,7 +735,8 @@ describe('key stream decisions, over the same random sequences', () => {
       'stale lease refused', 'already started refused', 'not started refused', 'retry scheduled', 'dead', 'started job yielded',
       'started job given back for later', 'given-back job admitted when due', 'revoked', 'parked discarded', 'holder cancelled', 'holders above a lowered limit', 'batch parks', 'active job re-enqueued',
       'dead job retried into a slot', 'dead job retried into the line', 'retry refused: not dead',
+      'running job cancelled: lease revoked', 'revoked lease ended by its handler', 'revoked lease lapsed', 'running job released by force',
     ].filter((what) => (counts.get(what) ?? 0) < 5);
-    expect(missing).toEqual([]);
+    expect(missing, JSON.stringify([...counts])).toEqual([]);
   });
 });

@@ -308,11 +308,15 @@ describe('a holder under further limits', () => {
     givenAcross(multi).when({ type: 'ExpireLeases', jitter: 0 }, H1, T0 + SEC + LEASE - 1).thenNothing();
   });
 
-  it('RevokeLease of a started holder releases it everywhere and schedules its retry', () => {
-    givenAcross(multi)
-      .when({ type: 'RevokeLease', by: 'op', jitter: 0, jobId: 'a' }, H1, now)
+  it('RevokeLease of a started holder frees none of its slots: the handler may still run', () => {
+    givenAcross(multi).when({ type: 'RevokeLease', by: 'op', jitter: 0, jobId: 'a' }, H1, now).then({ [H1]: [revoked('a', 'a:1', 'op', now)] });
+  });
+
+  it('once its handler stopped, a revoked holder releases it everywhere and schedules its retry', () => {
+    givenAcross({ ...multi, [H1]: [...multi[H1]!, revoked('a', 'a:1', 'op', now - SEC)] })
+      .when({ type: 'Stopped', jobId: 'a', leaseId: 'a:1', jitter: 0 }, H1, now)
       .then({
-        [H1]: [revoked('a', 'a:1', 'op', now), released('a', 'a:1', 'revoked', now), scheduled('a', now + retryDelayMs(1, 0), now)],
+        [H1]: [released('a', 'a:1', 'revoked', now), scheduled('a', now + retryDelayMs(1, 0), now)],
         [T]: [limitReleased('a', 'a:1', 'revoked', now), limitHeld('c', H3, ['t'], 'c:1', now, 10 * SEC)],
         [U]: [limitReleased('a', 'a:1', 'revoked', now)],
         [H3]: [promoted('c', 'c:1', now, 10 * SEC)],
@@ -366,9 +370,10 @@ describe('a holder under further limits', () => {
       });
   });
 
-  it('Cancel of a holder releases it everywhere and serves the freed lines', () => {
-    givenAcross(multi)
-      .when({ type: 'Cancel', jobId: 'a', by: 'op' }, H1, now)
+  it('Cancel of a running holder frees none of its slots until its handler stopped; then it releases it everywhere and serves the freed lines', () => {
+    givenAcross(multi).when({ type: 'Cancel', jobId: 'a', by: 'op' }, H1, now).then({ [H1]: [revoked('a', 'a:1', 'op', now, true)] });
+    givenAcross({ ...multi, [H1]: [...multi[H1]!, revoked('a', 'a:1', 'op', now - SEC, true)] })
+      .when({ type: 'Stopped', jobId: 'a', leaseId: 'a:1', jitter: 0 }, H1, now)
       .then({
         [H1]: [cancelled('a', 'op', now), released('a', 'a:1', 'cancelled', now)],
         [T]: [limitReleased('a', 'a:1', 'cancelled', now), limitHeld('c', H3, ['t'], 'c:1', now, 10 * SEC)],

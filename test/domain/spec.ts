@@ -70,7 +70,8 @@ export const failed = (jobId: string, leaseId: string, at: number, attempt: numb
 export const dead = (jobId: string, reason: string, at: number) => ev('JobDead')({ jobId, reason }, at);
 export const expired = (jobId: string, leaseId: string, expiresAt: number, at: number) =>
   ev('LeaseExpired')({ jobId, leaseId, expiresAt }, at);
-export const revoked = (jobId: string, leaseId: string, by: string, at: number) => ev('LeaseRevoked')({ jobId, leaseId, by }, at);
+/** `cancel`: the revocation cancels the job (a cancel of a running job), rather than releasing it to be retried. */
+export const revoked = (jobId: string, leaseId: string, by: string, at: number, cancel = false) => ev('LeaseRevoked')({ jobId, leaseId, by, ...(cancel ? { cancel: true as const } : {}) }, at);
 export const released = (jobId: string, leaseId: string, reason: EventData<'SlotReleased'>['reason'], at: number, msgId?: string) =>
   ev('SlotReleased')({ jobId, leaseId, reason, ...(msgId === undefined ? {} : { msgId }) }, at);
 /** `attempts`: the starts the job keeps after the yield. */

@@ -14,6 +14,7 @@ beforeAll(async () => {
   ]);
   await s.start(KEY, 'au-1', 'w-1');
   await s.post('/api/keys/release', { key: KEY, jobId: 'au-1', by: 'erin' });
+  await s.stopped(KEY, 'au-1');
   await s.ledger.enqueue({ name: 'a', key: 'audit home', limit: 1, jobId: 'au-g', limits: [{ key: 'audit limit', limit: 1 }] });
 });
 

@@ -95,7 +95,7 @@ describe('POST /api/jobs/cancel', () => {
     await s.refused(() => s.post('/api/jobs/cancel', {}), 400, 'jobId');
     await s.refused(() => s.post('/api/jobs/cancel', { jobId: 5 }), 400, 'jobId');
     await s.refused(() => s.post('/api/jobs/cancel', { jobId: 'no-such-job' }), 404);
-    expect(await s.post('/api/jobs/cancel', { jobId: 'c-2', by: 'dave' })).toEqual({ status: 200, body: { cancelled: true } });
+    expect(await s.post('/api/jobs/cancel', { jobId: 'c-2', by: 'dave' })).toEqual({ status: 200, body: { cancelled: true, stopping: false } });
     const job = (await s.get('/api/jobs', { key: 'cancel me', status: 'cancelled' })).body.jobs;
     expect(job).toEqual([expect.objectContaining({ jobId: 'c-2', finishReason: expect.stringContaining('dave') })]);
   });

@@ -111,12 +111,15 @@ describe('POST /api/keys/release', () => {
     await s.refused(() => s.post('/api/keys/release', { key: 'never enqueued' }), 404);
   });
 
-  it.each(AWKWARD_KEYS.map((key, i) => [key, i] as const))('releases the running holder of %j by job id; its parked job is promoted; recorded with who did it', async (key, i) => {
+  it.each(AWKWARD_KEYS.map((key, i) => [key, i] as const))('releases the running holder of %j by job id: it is stopping until its handler stopped, then its parked job is promoted; recorded with who did it', async (key, i) => {
     await seed(`rel:${key}`, `rel${i}`);
     await s.start(`rel:${key}`, `rel${i}-a`);
     const { status, body } = await s.post('/api/keys/release', { key: `rel:${key}`, jobId: `rel${i}-a`, by: 'alice' });
     expect(status).toBe(200);
-    expect(body).toEqual({ released: [`rel${i}-a`] });
+    expect(body).toEqual({ released: [`rel${i}-a`], stopping: [`rel${i}-a`] });
+    const stopping = (await s.get('/api/keys/detail', { key: `rel:${key}` })).body;
+    expect(stopping.holders).toEqual([expect.objectContaining({ jobId: `rel${i}-a`, revoked: { by: 'alice', at: expect.any(Number), cancels: false } })]);
+    await s.stopped(`rel:${key}`, `rel${i}-a`);
     const detail = (await s.get('/api/keys/detail', { key: `rel:${key}` })).body;
     expect(detail.holders).toEqual([expect.objectContaining({ jobId: `rel${i}-b`, how: 'promoted' })]);
     expect(detail.parked).toEqual([]);
@@ -129,9 +132,23 @@ describe('POST /api/keys/release', () => {
     await s.start('rel:all', 'all-2');
     const { body } = await s.post('/api/keys/release', { key: 'rel:all' });
     expect(body.released.sort()).toEqual(['all-1', 'all-2']);
+    expect(body.stopping.sort()).toEqual(['all-1', 'all-2']);
+    for (const jobId of ['all-1', 'all-2']) await s.stopped('rel:all', jobId);
     const detail = (await s.get('/api/keys/detail', { key: 'rel:all' })).body;
     expect(detail.holders.map((h: { jobId: string }) => h.jobId)).toEqual(['all-3']);
     expect(detail.handoffs.filter((h: { reason: string }) => h.reason === 'revoked').map((h: { by: string }) => h.by)).toEqual(['http 127.0.0.1', 'http 127.0.0.1']);
+  });
+
+  it('force: a running holder whose worker is gone lets its slot go at once, recorded as forced', async () => {
+    await seed('rel:forced', 'forced');
+    await s.start('rel:forced', 'forced-a');
+    const { body } = await s.post('/api/keys/release', { key: 'rel:forced', jobId: 'forced-a', by: 'alice', force: true });
+    expect(body).toEqual({ released: ['forced-a'], stopping: [] });
+    const detail = (await s.get('/api/keys/detail', { key: 'rel:forced' })).body;
+    expect(detail.holders).toEqual([expect.objectContaining({ jobId: 'forced-b', how: 'promoted' })]);
+    const revoked = (await s.ledger.audit({ key: 'rel:forced' })).events.find((e) => e.type === 'LeaseRevoked');
+    expect(revoked?.data).toMatchObject({ jobId: 'forced-a', by: 'alice', force: true });
+    await s.refused(() => s.post('/api/keys/release', { key: 'rel:forced', force: 'yes' }), 400, 'force');
   });
 
   it('a job that holds no slot is refused (4xx) and nothing is written', async () => {

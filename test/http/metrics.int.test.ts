@@ -68,6 +68,7 @@ describe('GET /metrics, inline projections', () => {
   it('follows the ledger: after a release the figures change', async () => {
     await s.start('m/1', 'm-1');
     await s.ledger.release({ key: 'm/1', jobId: 'm-1', by: 'test' });
+    await s.stopped('m/1', 'm-1');
     const text = await scrape(s);
     expect(sample(text, 'jobledger_parked_jobs')).toBe(1);
     expect(sample(text, 'jobledger_slots_held')).toBe(3);

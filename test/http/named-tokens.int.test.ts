@@ -32,6 +32,7 @@ describe('named tokens', () => {
   it("records a named token's action under the operator's name in the audit, whatever the client's address", async () => {
     await s.start(KEY, 'nt-1', 'w-1');
     expect((await s.post('/api/keys/release', { key: KEY, jobId: 'nt-1' }, ALICE)).status).toBe(200);
+    await s.stopped(KEY, 'nt-1');
     expect(await handoffOf('nt-1')).toMatchObject({ jobId: 'nt-1', reason: 'revoked', by: 'alice' });
   });
 
@@ -50,9 +51,11 @@ describe('named tokens', () => {
   it('the shared token still works, recorded under the body\'s by, else the client address', async () => {
     await s.start(KEY, 'nt-2', 'w-1');
     expect((await s.post('/api/keys/release', { key: KEY, jobId: 'nt-2', by: 'erin' }, TOKEN)).status).toBe(200);
+    await s.stopped(KEY, 'nt-2');
     expect(await handoffOf('nt-2')).toMatchObject({ reason: 'revoked', by: 'erin' });
     await s.start(KEY, 'nt-3', 'w-1');
     expect((await s.post('/api/keys/release', { key: KEY, jobId: 'nt-3' }, TOKEN)).status).toBe(200);
+    await s.stopped(KEY, 'nt-3');
     expect(await handoffOf('nt-3')).toMatchObject({ reason: 'revoked', by: 'http 127.0.0.1' });
   });
 

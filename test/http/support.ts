@@ -29,6 +29,8 @@ export interface TestServer {
   refused(request: () => Promise<{ status: number; body: any }>, status: number, field?: string): Promise<any>;
   /** Starts the job holding a slot of `key` under its lease, as a worker would (JobStarted). */
   start(key: string, jobId: string, workerId?: string): Promise<void>;
+  /** The job's worker says its handler stopped (Stopped), as it does once a release or a cancel revoked the lease of a running job. */
+  stopped(key: string, jobId: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -68,6 +70,12 @@ export const startTestServer = async (options: { bodyLimit?: number; inlineProje
       if (!holder) throw new Error(`${jobId} holds no slot of ${key}`);
       const result = await ledger.execute(keyStream(key), { type: 'Start', jobId, leaseId: holder.leaseId, workerId });
       if (E.isLeft(result)) throw new Error(`Start ${jobId} refused: ${result.left.tag}`);
+    },
+    stopped: async (key, jobId) => {
+      const leaseId = (await ledger.keyState(key)).state.jobs[jobId]?.lease?.leaseId;
+      if (leaseId === undefined) throw new Error(`${jobId} holds no slot of ${key}`);
+      const result = await ledger.execute(keyStream(key), { type: 'Stopped', jobId, leaseId, jitter: 0 });
+      if (E.isLeft(result)) throw new Error(`Stopped ${jobId} refused: ${result.left.tag}`);
     },
     close: async () => {
       await app.close();

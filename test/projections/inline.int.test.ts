@@ -143,6 +143,8 @@ describe('inline projections (Ledger.open default)', () => {
       await ok('lost', { type: 'Start', jobId: 'lost-2', leaseId: 'lost-2:2', workerId: 'w1' });
       await ok('lost', { type: 'RevokeLease', jobId: 'lost-1', by: 'ops', jitter: 0 });
       await waitFor('the revoked lease', () => lost.includes('lost-1:1'));
+      // Its worker stopped the handler and says so: the slot passes on, nothing more is announced.
+      await ok('lost', { type: 'Stopped', jobId: 'lost-1', leaseId: 'lost-1:1', jitter: 0 });
       clock.advance(6_000);
       await ok('lost', { type: 'ExpireLeases', jitter: 0 });
       await waitFor('the expired lease', () => lost.includes('lost-2:2'));

@@ -272,7 +272,7 @@ describe('read models', () => {
     expect(statements.map((s) => s.text)).toEqual([UPSERT_KEYS_SQL, INSERT_JOBS_SQL, INSERT_SLOTS_SQL]);
     expect(rowsOf(statements[1])[0]).toMatchObject({ status: 'running', attempts: 1, worker_id: 'w1', lease_id: 'j1:1', started_at: at, updated_at: at });
     expect(rowsOf(statements[2])).toEqual([
-      { job_id: 'j1', stream: 'key:k', key: 'k', lease_id: 'j1:1', how: 'acquired', acquired_at: at, expires_at: at + 20 * S, worker_id: 'w1', started_at: at, attempt: 1 },
+      { job_id: 'j1', stream: 'key:k', key: 'k', lease_id: 'j1:1', how: 'acquired', acquired_at: at, expires_at: at + 20 * S, worker_id: 'w1', started_at: at, attempt: 1, revoked_by: null, revoked_at: null, revoke_cancels: null },
     ]);
   });
 
@@ -376,9 +376,11 @@ describe('read models', () => {
     expect(rowsOf(find(retried, UPDATE_JOBS_SQL)[0])[0]).toMatchObject({ status: 'scheduled', run_at: at + 60 * S, lease_id: null, last_error: 'boom', attempts: 1 });
   });
 
-  it('LeaseExpired and LeaseRevoked change nothing by themselves (their SlotReleased does)', () => {
+  it('LeaseExpired changes nothing by itself (its SlotReleased does); LeaseRevoked marks the holder stopping, on its slot row only', () => {
     expect(readModels(batchOn().tx(samples.LeaseExpired).events)).toEqual([]);
-    expect(readModels(batchOn().tx(samples.LeaseRevoked).events)).toEqual([]);
+    const revoked = readModels(batchOn().tx(mk('LeaseRevoked', { ...samples.LeaseRevoked.data, cancel: true })).events);
+    expect(revoked.map((s) => s.text)).toEqual([UPDATE_SLOTS_SQL]);
+    expect(rowsOf(revoked[0])).toEqual([{ job_id: 'j1', m: 4, worker_id: null, attempt: null, started_at: null, expires_at: null, revoked_by: samples.LeaseRevoked.data.by, revoked_at: at, revoke_cancels: true }]);
   });
 
   it('a yield records the attempts it hands back; a job without a key has key null and no jl_keys row', () => {

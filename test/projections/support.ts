@@ -409,9 +409,14 @@ export const randomRun = async (
     } else {
       const job = r.pick(held);
       if (job) await run({ type: 'RevokeLease', jobId: job.jobId, by: 'ops', jitter: r.next() });
+      // A running job's handler stops, and its worker says so (a revoked lease is otherwise ended by its lapse).
+      const revoked = job?.lease?.workerId != null && r.next() < 0.7 ? job : undefined;
+      if (revoked) await run({ type: 'Stopped', jobId: revoked.jobId, leaseId: revoked.lease!.leaseId, jitter: r.next() });
     }
     clock.advance(r.int(500));
   }
+  // The last step's follow-ups too: what the caller reads next is the run's whole ledger.
+  await ledger.drain();
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ export interface ScriptedLedger {
   start(key: string, jobId: string, workerId?: string): Promise<string>;
   complete(key: string, jobId: string): Promise<void>;
   fail(key: string, jobId: string, error: string): Promise<void>;
+  /** The job's worker says its handler stopped, once a release or a cancel revoked its running lease. */
+  stopped(key: string, jobId: string): Promise<void>;
   /** Events in the whole ledger. */
   eventCount(): Promise<number>;
   close(): Promise<void>;
@@ -63,6 +65,9 @@ export const openScriptedLedger = async (): Promise<ScriptedLedger> => {
     },
     fail: async (key, jobId, error) => {
       await run(key, { type: 'Fail', jobId, leaseId: await leaseOf(key, jobId), error, jitter: 0 });
+    },
+    stopped: async (key, jobId) => {
+      await run(key, { type: 'Stopped', jobId, leaseId: await leaseOf(key, jobId), jitter: 0 });
     },
     eventCount: async () => (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n,
     close: async () => {

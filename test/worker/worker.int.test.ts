@@ -254,23 +254,73 @@ describe('worker', () => {
     ]);
   });
 
-  it('a revoked lease aborts its handler at once, not at its next renewal (heartbeat off here: nothing else could tell it)', async () => {
+  it('issue 21 #1: a revoked lease aborts its handler at once (not at its next renewal; heartbeat off here: nothing else could tell it), and its slot passes on only once the handler returned', async () => {
     let aborted: unknown;
+    let returnedAt = 0;
     const worker = ledger.worker({
-      handlers: { hold: async (_args: unknown, ctx: JobContext) => new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => ((aborted = ctx.signal.reason), resolve()))) },
+      handlers: {
+        // It takes 300 ms to wind down after the abort: the parked job must not start meanwhile.
+        hold: async (_args: unknown, ctx: JobContext) =>
+          new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => ((aborted = ctx.signal.reason), setTimeout(() => ((returnedAt = Date.now()), resolve()), 300)))),
+        next: async () => undefined,
+      },
       heartbeat: false,
     });
     worker.start();
     await ledger.enqueue({ name: 'hold', key: 'revoked-now', limit: 1, leaseMs: 60_000, jobId: 'held' });
+    await ledger.enqueue({ name: 'next', key: 'revoked-now', jobId: 'waiting' });
     await until(() => eventsOf('revoked-now'), (es) => es.some((e) => e.type === 'JobStarted'), 'the job to start');
-    expect(await ledger.release({ key: 'revoked-now', jobId: 'held', by: 'ops' })).toEqual({ released: ['held'] });
+    expect(await ledger.release({ key: 'revoked-now', jobId: 'held', by: 'ops' })).toEqual({ released: ['held'], stopping: ['held'] });
     await until(async () => aborted, (reason) => reason !== undefined, 'the handler to be aborted');
     expect(String(aborted)).toContain('held:1 was revoked or expired');
+    const events = await until(() => eventsOf('revoked-now'), (es) => es.some((e) => e.type === 'JobCompleted' && e.data.jobId === 'waiting'), 'the parked job to run');
     await worker.stop();
-    // its end reported nothing: the ledger shows the revocation and no completion or failure
-    const types = (await eventsOf('revoked-now')).map((e) => e.type);
-    expect(types).toContain('LeaseRevoked');
-    expect(types.filter((t) => t === 'JobCompleted' || t === 'JobFailed')).toEqual([]);
+    // The worker said the handler stopped (Stopped: SlotReleased revoked, the retry, the promotion), after it returned.
+    const released = events.find((e) => e.type === 'SlotReleased' && e.data.jobId === 'held')!;
+    expect(released.data).toMatchObject({ reason: 'revoked' });
+    expect(Number(released.data.at)).toBeGreaterThanOrEqual(returnedAt);
+    const promoted = events.find((e) => e.type === 'JobPromoted' && e.data.jobId === 'waiting')!;
+    expect(promoted.revision).toBe(released.revision + 2);
+    expect(events.filter((e) => e.type === 'JobCompleted' || e.type === 'JobFailed').map((e) => e.data.jobId)).toEqual(['waiting']);
+  });
+
+  it('issue 21 #1: cancelling a running job of a limit-1 key never lets a second handler start beside it; the job ends cancelled, once its handler returned', async () => {
+    const running = new Set<string>();
+    let most = 0;
+    const handler = (windDownMs: number) => async (_args: unknown, ctx: JobContext) => {
+      running.add(ctx.jobId);
+      most = Math.max(most, running.size);
+      try {
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, 5_000);
+          ctx.signal.addEventListener('abort', () => (clearTimeout(timer), setTimeout(resolve, windDownMs)));
+        });
+      } finally {
+        running.delete(ctx.jobId);
+      }
+    };
+    // Two handler slots, so only the ledger stands between the parked job and a second handler.
+    const worker = ledger.worker({ handlers: { long: handler(400), short: async () => undefined }, concurrency: 2 });
+    worker.start();
+    await ledger.enqueue({ name: 'long', key: 'cancel-running', limit: 1, jobId: 'c-running' });
+    await ledger.enqueue({ name: 'short', key: 'cancel-running', jobId: 'c-parked' });
+    await until(() => eventsOf('cancel-running'), (es) => es.some((e) => e.type === 'JobStarted'), 'the first job to start');
+    expect(await ledger.cancel({ jobId: 'c-running', by: 'ops' })).toEqual({ cancelled: true, stopping: true });
+    const events = await until(() => eventsOf('cancel-running'), (es) => es.some((e) => e.type === 'JobCompleted' && e.data.jobId === 'c-parked'), 'the parked job to run');
+    await worker.stop();
+    expect(most).toBe(1);
+    // From the cancel on, and nothing after: the cancelled job is never retried.
+    const from = events.findIndex((e) => e.type === 'LeaseRevoked');
+    expect(events.slice(from).map((e) => `${e.type} ${String(e.data.jobId)}`)).toEqual([
+      'LeaseRevoked c-running',
+      'JobCancelled c-running',
+      'SlotReleased c-running',
+      'JobPromoted c-parked',
+      'JobStarted c-parked',
+      'JobCompleted c-parked',
+      'SlotReleased c-parked',
+    ]);
+    expect((await ledger.jobs({ key: 'cancel-running', status: 'cancelled' })).jobs.map((j) => j.jobId)).toEqual(['c-running']);
   });
 
   it('graceful stop lets a running handler finish within the grace period and yields the rest without burning an attempt', async () => {

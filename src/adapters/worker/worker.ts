@@ -87,6 +87,8 @@ interface Running {
   readonly leaseId: string;
   readonly leaseMs: number;
   readonly controller: AbortController;
+  /** Why the handler was aborted: its lease was taken (the worker then says the handler stopped), or shutdown (it yields). */
+  abortedFor?: 'lease' | 'shutdown';
   /** When the first job of this slot's run of direct handoffs started (this one's start if it came from the queue). */
   readonly sliceStartedAt: number;
   heartbeat: NodeJS.Timeout | undefined;
@@ -104,6 +106,8 @@ interface Admitted extends DispatchMessage {
 
 type Finish =
   | { readonly kind: 'complete' }
+  /** The handler stopped because its lease was taken: a revoked lease's slot passes on now, not when it lapses. */
+  | { readonly kind: 'stopped' }
   | { readonly kind: 'fail'; readonly error: string }
   | { readonly kind: 'give-back'; readonly reason: string; readonly delayMs: number };
 
@@ -138,6 +142,8 @@ export class Worker {
   /** Aborts a running handler as soon as its lease is taken away; on until stop() has finished. */
   private leaseWatch: { stop(): Promise<void> } | undefined;
   private stopping = false;
+  /** When stop() was called (the ledger's clock): a result not recorded by then plus the grace period is given up. */
+  private stoppedAt = 0;
   private readonly wakeup = new Wakeup();
   private readonly presence: Presence;
 
@@ -185,7 +191,7 @@ export class Worker {
       const run = this.running.get(leaseId);
       if (run === undefined || run.controller.signal.aborted) return;
       this.log.warn({ jobId: run.jobId, leaseId }, 'lease revoked or expired: handler aborted');
-      this.abort(run, `lease ${leaseId} was revoked or expired`);
+      this.abort(run, `lease ${leaseId} was revoked or expired`, 'lease');
     });
     this.loop = this.readLoop().finally(() => listener.stop());
   }
@@ -196,15 +202,21 @@ export class Worker {
    */
   async stop(graceMs = this.options.graceMs ?? WORKER_DEFAULTS.graceMs): Promise<void> {
     this.stopping = true;
+    this.stoppedAt = this.deps.clock();
     this.wakeup.wake();
     await this.loop;
     const deadline = new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref());
     await Promise.race([Promise.all([...this.running.values()].map((r) => r.done)), deadline]);
     const left = [...this.running.values()];
     if (left.length > 0) {
-      for (const run of left) this.abort(run, 'shutdown: yielded to another worker');
-      const results = await this.deps.writer.executeMany(left.map((run) => this.command(run, { type: 'Yield', jobId: run.jobId, leaseId: run.leaseId })));
-      this.log.info({ yielded: left.length, refused: results.filter(E.isLeft).length }, 'yielded running jobs at shutdown');
+      for (const run of left) this.abort(run, 'shutdown: yielded to another worker', 'shutdown');
+      try {
+        const results = await this.deps.writer.executeMany(left.map((run) => this.command(run, { type: 'Yield', jobId: run.jobId, leaseId: run.leaseId })));
+        this.log.info({ yielded: left.length, refused: results.filter(E.isLeft).length }, 'yielded running jobs at shutdown');
+      } catch (error) {
+        // Not recorded: their leases lapse and the sweeper gives the jobs back (at least once).
+        this.log.error({ err: error, jobIds: left.map((r) => r.jobId) }, 'yielding running jobs at shutdown failed');
+      }
     }
     await this.settled();
     await this.leaseWatch?.stop();
@@ -264,6 +276,7 @@ export class Worker {
     run.done = this.execute(run, this.handlers.get(name), name, args, attempt, log);
   }
 
+  /** Keeps `work` until it settles (stop() waits for it); it must not reject (record() does not). */
   private track(work: Promise<void>): void {
     this.results.add(work);
     void work.finally(() => this.results.delete(work));
@@ -287,10 +300,12 @@ export class Worker {
         if (!run.controller.signal.aborted) log.info({ err: error }, 'job failed');
       }
     }
-    clearInterval(run.heartbeat);
     this.running.delete(run.leaseId);
     if (run.controller.signal.aborted) {
+      clearInterval(run.heartbeat);
       this.freed();
+      // Its lease was taken: say the handler stopped, so a revoked lease's slot passes on now (invariant 8).
+      if (run.abortedFor === 'lease') this.track(this.record(run, { kind: 'stopped' }, false, log));
       return;
     }
     // A key's next job may come straight to this slot: keep the slot for it until the commit says.
@@ -301,15 +316,35 @@ export class Worker {
     this.track(this.record(run, finish, handOff, log));
   }
 
+  /**
+   * Records a handler's result, and keeps trying until it is recorded or refused: dropped, a
+   * completed job would run again once its lease lapsed (after an outage, or while a stream it
+   * releases cannot be read). The lease is renewed meanwhile (the heartbeat runs on), so only a
+   * result that cannot be recorded for a whole lease can lose it. At shutdown it gives up after
+   * the grace period; the lease then lapses and the job is offered again (at least once).
+   */
   private async record(run: Running, finish: Finish, handOff: boolean, log: Logger): Promise<void> {
+    const command = this.finishCommand(run, finish, handOff);
     try {
-      const result = (await this.deps.writer.executeMany([this.command(run, this.finishCommand(run, finish, handOff))]))[0]!;
-      if (E.isLeft(result)) log.warn(`result not recorded: ${describeDomainError(result.left)}`);
-      else for (const job of result.right.handedOff ?? []) this.runHandedOff(run, result.right.events, job);
-    } catch (error) {
-      // Not recorded: the lease lapses and the sweeper retries the job (delivery is at least once).
-      log.error({ err: error, outcome: finish.kind }, 'recording the result failed');
+      for (let attempt = 1; ; attempt++) {
+        try {
+          const result = (await this.deps.writer.executeMany([this.command(run, command)]))[0]!;
+          if (E.isLeft(result)) {
+            if (finish.kind === 'stopped') log.debug(`handler stopped; nothing to release: ${describeDomainError(result.left)}`);
+            else log.warn(`result not recorded: ${describeDomainError(result.left)}`);
+          } else for (const job of result.right.handedOff ?? []) this.runHandedOff(run, result.right.events, job);
+          return;
+        } catch (error) {
+          if (this.stopping && this.deps.clock() > this.stoppedAt + (this.options.graceMs ?? WORKER_DEFAULTS.graceMs)) {
+            log.error({ err: error, outcome: finish.kind }, 'recording the result failed at shutdown: given up (the lease lapses and the job is offered again)');
+            return;
+          }
+          if (attempt === 1 && !this.deps.outages.failed(error)) log.error({ err: error, outcome: finish.kind }, 'recording the result failed; trying again until it is recorded');
+          await new Promise((resolve) => setTimeout(resolve, Math.min(5_000, 100 * 2 ** Math.min(attempt, 6))));
+        }
+      }
     } finally {
+      clearInterval(run.heartbeat);
       if (handOff) {
         this.reserved--;
         this.freed();
@@ -326,6 +361,8 @@ export class Worker {
         return { type: 'Fail', jobId: run.jobId, leaseId: run.leaseId, error: finish.error, jitter: this.deps.random(), ...to };
       case 'give-back':
         return { type: 'Yield', jobId: run.jobId, leaseId: run.leaseId, delayMs: finish.delayMs, reason: finish.reason };
+      case 'stopped':
+        return { type: 'Stopped', jobId: run.jobId, leaseId: run.leaseId, jitter: this.deps.random() };
     }
   }
 
@@ -363,7 +400,9 @@ export class Worker {
       sliceStartedAt: from.sliceStartedAt,
     };
     if (this.stopping) {
-      this.track(this.deps.writer.executeMany([this.command(admitted, { type: 'Yield', jobId: admitted.jobId, leaseId: admitted.leaseId })]).then(() => undefined));
+      const yielded = this.deps.writer.executeMany([this.command(admitted, { type: 'Yield', jobId: admitted.jobId, leaseId: admitted.leaseId })]);
+      // A failure here must not end the process mid-stop: the lease lapses and the job is offered again.
+      this.track(yielded.then(() => undefined, (error: unknown) => this.log.error({ err: error, jobId: admitted.jobId }, 'yielding a handed-off job at shutdown failed')));
       return;
     }
     this.run(admitted);
@@ -382,15 +421,16 @@ export class Worker {
       .then(([result]) => {
         if (E.isLeft(result!)) {
           log.warn(`lease lost, handler aborted: ${describeDomainError(result.left)}`);
-          this.abort(run, describeDomainError(result.left));
+          this.abort(run, describeDomainError(result.left), 'lease');
         }
       })
       .catch((error: unknown) => log.error({ err: error }, 'lease renewal failed'));
   }
 
   /** Aborts a run whose result will not be reported. */
-  private abort(run: Running, why: string): void {
+  private abort(run: Running, why: string, abortedFor: 'lease' | 'shutdown'): void {
     clearInterval(run.heartbeat);
+    run.abortedFor ??= abortedFor;
     run.controller.abort(new Error(why));
   }
 }

@@ -320,6 +320,23 @@ export class Decision {
   }
 
   /**
+   * A started lease an operator revoked ends (its worker said the handler stopped, or the lease
+   * `lapsed`): only now does the slot pass on. A cancelled job is finished; a released one goes
+   * back to be retried, as any reclaimed lease's job does.
+   */
+  endRevoked(job: JobEntry, jitter: number, lapsed: boolean): void {
+    const revoked = job.lease?.revoked;
+    if (revoked === undefined) throw new Error(`job ${job.jobId}: its lease was not revoked`);
+    if (revoked.cancel) {
+      this.emit('JobCancelled', { jobId: job.jobId, by: revoked.by });
+      this.release(job, lapsed ? 'expired' : 'cancelled');
+    } else {
+      this.release(job, lapsed ? 'expired' : 'revoked');
+      this.afterReclaim(job, jitter, `lease revoked by ${revoked.by}`);
+    }
+  }
+
+  /**
    * After a slot was taken back from a job (expired, revoked): a started job has used an attempt
    * and is retried after a backoff, or is dead; a job that never started burned nothing and waits
    * in line again with its priority and enqueue order.

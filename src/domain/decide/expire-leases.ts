@@ -6,12 +6,18 @@ import { accept, type Decision, type Outcome } from './decision.js';
  * Reclaims every started holder whose lease ran out by now, in one append, and promotes as many
  * parked jobs as slots were freed (solid_queue #502 freed one slot per key per sweep). An admission
  * no worker has started holds its slot without expiry: only silence under a started lease costs it.
+ * A revoked lease whose worker never said its handler stopped ends here too, as its revocation
+ * asked (cancelled, or retried).
  */
 export const expireLeases = (c: CommandOf<'ExpireLeases'>, d: Decision): Outcome => {
   for (const job of holders(d.state)) {
     const lease = job.lease;
     if (lease?.workerId == null || lease.expiresAt === null || lease.expiresAt > d.now) continue;
     d.emit('LeaseExpired', { jobId: job.jobId, leaseId: lease.leaseId, expiresAt: lease.expiresAt });
+    if (lease.revoked !== undefined) {
+      d.endRevoked(job, c.jitter, true);
+      continue;
+    }
     d.release(job, 'expired');
     d.afterReclaim(job, c.jitter, 'lease expired');
   }

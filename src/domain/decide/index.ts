@@ -19,6 +19,7 @@ import { retryJob, discardDead } from './retry-job.js';
 import { revokeLease } from './revoke-lease.js';
 import { setLimit } from './set-limit.js';
 import { start } from './start.js';
+import { stopped } from './stopped.js';
 import { yieldSlot } from './yield.js';
 
 /** The key's decider: pure, with time passed in. An empty list means "nothing to do". */
@@ -157,6 +158,8 @@ const decideWith = (command: Command, d: Decision): Either<DomainError, readonly
       return fail(command, d);
     case 'Yield':
       return yieldSlot(command, d);
+    case 'Stopped':
+      return stopped(command, d);
     case 'ExpireLeases':
       return expireLeases(command, d);
     case 'SetLimit':

@@ -6,7 +6,8 @@ import { accept, leaseHolder, refuse, type Decision, type Outcome } from './deci
  * without their slot, bypassing the limit). At graceful shutdown the job waits in line again with
  * its priority and enqueue order and is promoted like any other; given back with a delay (no
  * handler for it in that worker), it is scheduled, holding no slot, so the key's other jobs take
- * the slot meanwhile and the job is admitted again when due, as a retry is.
+ * the slot meanwhile and the job is admitted again when due, as a retry is. A job an operator
+ * cancelled while it ran is cancelled instead.
  */
 export const yieldSlot = (c: CommandOf<'Yield'>, d: Decision): Outcome => {
   const { job, error } = leaseHolder(d, c.jobId, c.leaseId);
@@ -22,7 +23,9 @@ export const yieldSlot = (c: CommandOf<'Yield'>, d: Decision): Outcome => {
     ...(retryAt === undefined ? {} : { retryAt }),
   });
   d.release(job, 'yielded');
-  if (retryAt === undefined) d.emit('JobParked', { jobId: c.jobId });
+  const revoked = job.lease?.revoked;
+  if (revoked?.cancel === true) d.emit('JobCancelled', { jobId: c.jobId, by: revoked.by });
+  else if (retryAt === undefined) d.emit('JobParked', { jobId: c.jobId });
   else d.emit('JobScheduled', { jobId: c.jobId, runAt: retryAt });
   d.fillSlots();
   return accept(d);

@@ -244,7 +244,8 @@ const releaseHolder = (key, holder) =>
       confirm: t('release.confirm'),
       danger: true,
     },
-    () => postJson('/api/keys/release', { key: homeOf(holder, key), jobId: holder.jobId }),
+    // A holder whose worker is gone runs nowhere: its slot is freed at once (force), recorded so; a live one's once its handler stopped.
+    () => postJson('/api/keys/release', { key: homeOf(holder, key), jobId: holder.jobId, ...(holder.state === 'worker-gone' ? { force: true } : {}) }),
     (r) => t('done.released', { count: r.released.length, key: homeOf(holder, key) }),
   );
 
@@ -367,7 +368,13 @@ const renderHolders = (detail) => {
         el('td', { dataset: { label: t('col.job') } }, jobCellOf(h, detail.key)),
         el('td', { dataset: { label: t('col.holderState') } }, holderBadge(h)),
         el('td', { dataset: { label: t('col.since') } }, t('holders.since', { time: tr.clock(h.acquiredAt), how: t(`how.${h.how}`), ago: ago(h.acquiredAt) })),
-        el('td', { dataset: { label: t('col.expiry') } }, h.expiresAt === null ? '–' : clockWithRelative(h.expiresAt)),
+        el(
+          'td',
+          { dataset: { label: t('col.expiry') } },
+          h.expiresAt === null ? '–' : clockWithRelative(h.expiresAt),
+          // A job may carry a lease other than its key's (the summary's): say so beside its expiry.
+          h.leaseMs !== undefined && h.leaseMs !== detail.leaseMs ? el('div', { className: 'own-lease' }, t('holder.ownLease', { duration: tr.duration(h.leaseMs) })) : null,
+        ),
         el('td', { dataset: { label: t('col.attempt') }, className: 'num' }, h.attempt === null ? '–' : tr.number(h.attempt)),
         el('td', {}, actionable(h) ? el('button', { type: 'button', className: 'danger release', onclick: () => releaseHolder(detail.key, h) }, t('holders.release')) : null),
       ),

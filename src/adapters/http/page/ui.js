@@ -108,7 +108,14 @@ export const holderStateText = (h) => {
   }
 };
 
-export const holderBadge = (h) => el('span', { className: `badge holder-${h.state}` }, holderStateText(h));
+/**
+ * The holder's state, and, while an operator's release or cancel waits for its handler to stop
+ * (the slot passes on once it has, or its lease lapses), who asked.
+ */
+export const holderBadge = (h) => [
+  el('span', { className: `badge holder-${h.state}` }, holderStateText(h)),
+  h.revoked ? el('span', { className: 'badge holder-stopping' }, t(h.revoked.cancels ? 'holder.stoppingCancel' : 'holder.stoppingRelease', { by: h.revoked.by })) : null,
+];
 
 // ---- API -------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ const sumCounts = (keys: readonly KeyRow[]): HolderCounts =>
   });
 
 const KeyQuery = closedObject({ key: Key }, {});
-const ReleaseBody = closedObject({ key: Key }, { jobId: JobId, by: Actor });
+const ReleaseBody = closedObject({ key: Key }, { jobId: JobId, by: Actor, force: t.boolean });
 const DiscardBody = closedObject({ key: Key }, { jobIds: t.array(JobId), by: Actor });
 const LimitBody = closedObject({ key: Key, limit: Limit }, { by: Actor });
 const PauseBody = closedObject({ key: Key }, { by: Actor, reason: Reason });
@@ -105,7 +105,7 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger): void =>
 
   app.post('/api/keys/release', async (request) => {
     const body = decodeInput(ReleaseBody, request.body, '(body)');
-    return ledger.release({ key: body.key, by: operator(request, body.by), ...(body.jobId === undefined ? {} : { jobId: body.jobId }) }, VIA);
+    return ledger.release({ key: body.key, by: operator(request, body.by), ...(body.jobId === undefined ? {} : { jobId: body.jobId }), ...(body.force === true ? { force: true } : {}) }, VIA);
   });
 
   app.post('/api/keys/discard', async (request) => {

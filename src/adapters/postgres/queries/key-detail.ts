@@ -36,6 +36,13 @@ export interface Holder {
   readonly home: string | null;
   /** The job's further limit keys besides its own key ([] when none); a guest's include this key. */
   readonly limits: string[];
+  /** The job's own lease (ms): how long its worker may stay silent; a job may carry a lease other than its key's. */
+  readonly leaseMs: number;
+  /**
+   * Non-null while the holder is stopping: an operator revoked its running lease (`cancels`: by
+   * cancelling its job). Its handler is told to stop; the slot passes on when it has, or when the lease lapses.
+   */
+  readonly revoked: { readonly by: string; readonly at: number; readonly cancels: boolean } | null;
 }
 
 /** A limit a parked job waits on besides this key: full (inUse >= limit) or paused. */
@@ -132,14 +139,16 @@ SELECT k.key,
                   'state', ${holderState('h', 'w', paramTime(2))},
                   -- A start and each renewal set the expiry a lease length ahead.
                   'renewedAt', ${epochMs(`h.expires_at - j.lease_ms * interval '1 millisecond'`)},
-                  'workerLastSeen', ${epochMs('w.last_seen')})
+                  'workerLastSeen', ${epochMs('w.last_seen')},
+                  'leaseMs', j.lease_ms,
+                  'revoked', CASE WHEN h.revoked_by IS NOT NULL THEN json_build_object('by', h.revoked_by, 'at', ${epochMs('h.revoked_at')}, 'cancels', h.revoke_cancels) END)
                 ORDER BY h.acquired_at, h.job_id)
          FROM (
-           SELECT s.job_id, s.lease_id, s.how, s.acquired_at, s.expires_at, s.worker_id, s.started_at, s.attempt, NULL::text AS home
+           SELECT s.job_id, s.lease_id, s.how, s.acquired_at, s.expires_at, s.worker_id, s.started_at, s.attempt, NULL::text AS home, s.revoked_by, s.revoked_at, s.revoke_cancels
            FROM jl_slots s WHERE s.stream = k.stream
            UNION ALL
            -- A guest holds under its home's lease: its start, worker and expiry are the home slot's.
-           SELECT g.job_id, g.lease_id, s.how, g.since, s.expires_at, s.worker_id, s.started_at, s.attempt, g.home
+           SELECT g.job_id, g.lease_id, s.how, g.since, s.expires_at, s.worker_id, s.started_at, s.attempt, g.home, s.revoked_by, s.revoked_at, s.revoke_cancels
            FROM jl_limit_jobs g JOIN jl_slots s ON s.job_id = g.job_id
            WHERE g.stream = k.stream AND g.status = 'holding'
          ) h JOIN jl_jobs j USING (job_id) LEFT JOIN workers w ON w.id = h.worker_id), '[]') AS holders,
@@ -190,6 +199,7 @@ export const keyDetail = async (db: Queryable, key: string, now: number): Promis
       startedAt: toMs(h.startedAt),
       renewedAt: toMs(h.renewedAt),
       workerLastSeen: toMs(h.workerLastSeen),
+      revoked: h.revoked === null ? null : { ...h.revoked, at: toMs(h.revoked.at)! },
       leaseState: h.state === 'running' ? 'live' : h.state,
     })),
     parked: row.parked.map((p) => ({ ...p, parkedAt: toMs(p.parkedAt) })),

@@ -73,8 +73,8 @@ describe('keyDetail()', () => {
       limit: 2,
       leaseMs: 30 * SEC,
       holders: [
-        { jobId: 'b2', name: 'sync', leaseId: 'b2:2', how: 'acquired', acquiredAt: T0, expiresAt: null, workerId: null, startedAt: null, attempt: null, state: 'unstarted', leaseState: 'unstarted', renewedAt: null, workerLastSeen: null, home: null, limits: [] },
-        { jobId: 'b4', name: 'report', leaseId: 'b4:3', how: 'promoted', acquiredAt: T0 + 4 * SEC, expiresAt: null, workerId: null, startedAt: null, attempt: null, state: 'unstarted', leaseState: 'unstarted', renewedAt: null, workerLastSeen: null, home: null, limits: [] },
+        { jobId: 'b2', name: 'sync', leaseId: 'b2:2', how: 'acquired', acquiredAt: T0, expiresAt: null, workerId: null, startedAt: null, attempt: null, state: 'unstarted', leaseState: 'unstarted', renewedAt: null, workerLastSeen: null, home: null, limits: [], leaseMs: 30_000, revoked: null },
+        { jobId: 'b4', name: 'report', leaseId: 'b4:3', how: 'promoted', acquiredAt: T0 + 4 * SEC, expiresAt: null, workerId: null, startedAt: null, attempt: null, state: 'unstarted', leaseState: 'unstarted', renewedAt: null, workerLastSeen: null, home: null, limits: [], leaseMs: 30_000, revoked: null },
       ],
       parked: [
         { jobId: 'b5', name: 'sync', priority: 3, parkedAt: T0 + 2 * SEC, home: null, limits: [], waitsOn: [] },
@@ -87,7 +87,7 @@ describe('keyDetail()', () => {
   });
 
   it('a started holder shows its worker, start, attempt, renewal and lease: running while its worker is live, worker gone once it stopped, expired by the ledger clock', async () => {
-    const holder = { jobId: 's1', name: 'sync', leaseId: 's1:1', how: 'acquired', acquiredAt: T0 + 5 * SEC, expiresAt: T0 + 7 * SEC, workerId: 'worker-z', startedAt: T0 + 5 * SEC, attempt: 1, renewedAt: T0 + 5 * SEC, home: null, limits: [] };
+    const holder = { jobId: 's1', name: 'sync', leaseId: 's1:1', how: 'acquired', acquiredAt: T0 + 5 * SEC, expiresAt: T0 + 7 * SEC, workerId: 'worker-z', startedAt: T0 + 5 * SEC, attempt: 1, renewedAt: T0 + 5 * SEC, home: null, limits: [], leaseMs: 2_000, revoked: null };
     s.at(T0 + 6 * SEC);
     const presence = presenceOf('worker-z');
     await presence.start();
