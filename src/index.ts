@@ -9,7 +9,7 @@ export { ConflictRetriesExhaustedError, type CommandResult, type KeyCommand } fr
 export { EventDecodeError } from './domain/recorded.js';
 export { keyStateAt } from './commands/key-state-at.js';
 export type { Command } from './domain/commands.js';
-export { describeDomainError, LimitConflictError, RefusedError, UnknownJobError, UnknownKeyError, type DomainError } from './domain/errors.js';
+export { describeDomainError, LimitConflictError, QueueCapConflictError, RefusedError, UnknownJobError, UnknownKeyError, type DomainError } from './domain/errors.js';
 export type { Handoff } from './domain/audit.js';
 export type { Audit, AuditEvent, AuditTarget, HistoryEvent, JobHistory } from './commands/audit.js';
 export type { DeadJobsInput, Retried } from './commands/dead-jobs.js';

@@ -9,7 +9,7 @@ import { KeyWriter, type CommandResult, type KeyCommand, type Loaded } from '../
 import * as operator from '../commands/operator-actions.js';
 import type { Command } from '../domain/commands.js';
 import type { EventStore, JsonObject } from '../domain/ports/event-store.js';
-import { RefusedError, UnknownKeyError } from '../domain/errors.js';
+import { QueueCapConflictError, RefusedError, UnknownKeyError } from '../domain/errors.js';
 import type { Explanation } from '../domain/explain.js';
 import type { Logger } from '../domain/ports/logger.js';
 import { decodeRecorded } from '../domain/recorded.js';
@@ -59,9 +59,11 @@ export interface LedgerOptions extends LedgerReaderOptions {
   readonly waitForDatabaseMs?: number;
   /**
    * Queues with a cap of their own across every process (velocious' `queues[name].maxConcurrent`):
-   * each job of the queue is also under the limit key `queue:<name>`. Recorded on open as that
-   * key's limit (KeyLimitSet, by "config") when it differs, so a changed configuration changes the
-   * cap, in the ledger. Every process that enqueues on the queue must carry the same entry.
+   * each job of the queue is also under the limit key `queue:<name>`. The cap lives in the ledger:
+   * the first process to name it records it (KeyLimitSet, by "config"); every enqueue of every
+   * process reads it from there, whether or not that process was given any cap; a process naming
+   * another cap than the ledger's is refused (QueueCapConflictError). Changing a cap is an
+   * operator's action: setLimit on the key `queue:<name>`, recorded with who.
    */
   readonly queues?: QueueCaps;
 }
@@ -85,7 +87,6 @@ interface LedgerParts {
   readonly mode: ProjectionMode;
   readonly projections: readonly LedgerProjection[];
   readonly sweepIntervalMs: number | undefined;
-  readonly cappedQueues: ReadonlySet<string>;
 }
 
 /**
@@ -117,13 +118,11 @@ export class Ledger extends LedgerReader {
   private readonly made = new Set<Worker>();
   private readonly sweeper: Sweeper;
   private readonly runners: AsyncProjectionRunner[];
-  private readonly cappedQueues: ReadonlySet<string>;
 
   private constructor(parts: LedgerParts) {
     super(parts.pool, parts.ownsPool, parts.clock);
     ({ notifications: this.notifications, outages: this.outages, store: this.store, queue: this.queue, writer: this.writer, random: this.random, log: this.log } = parts);
     this.projectionMode = parts.mode;
-    this.cappedQueues = parts.cappedQueues;
     this.sweeper = new Sweeper(this.writer, this.pool, this.log.child({ component: 'sweeper' }), {
       clock: this.clock,
       random: this.random,
@@ -173,8 +172,8 @@ export class Ledger extends LedgerReader {
         eventId: keyEventId,
         outages,
       });
-      await recordQueueCaps(writer, caps);
-      return new Ledger({ notifications, outages, store, queue: new PgQueue(pool, notifications), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, projections, sweepIntervalMs: options.sweepIntervalMs, cappedQueues: new Set(caps.map(([queue]) => queue)) });
+      await declareQueueCaps(writer, caps);
+      return new Ledger({ notifications, outages, store, queue: new PgQueue(pool, notifications), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, projections, sweepIntervalMs: options.sweepIntervalMs });
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;
@@ -201,7 +200,6 @@ export class Ledger extends LedgerReader {
       now: this.clock,
       recorded: (ids) => this.store.recordedEventIds(ids),
       ...(metadata ? { metadata } : {}),
-      config: { cappedQueues: this.cappedQueues },
     });
   }
 
@@ -388,9 +386,16 @@ const checkQueueCaps = (queues: QueueCaps): (readonly [string, number])[] => {
   });
 };
 
-/** Each cap as its queue key's limit: a SetLimit that records nothing when the ledger already says so. */
-const recordQueueCaps = async (writer: KeyWriter, caps: readonly (readonly [string, number])[]): Promise<void> => {
+/**
+ * Each cap declared as its queue key's limit (DeclareLimit): recorded by the first process that
+ * names it, nothing when the ledger already says so, refused when the ledger holds another.
+ */
+const declareQueueCaps = async (writer: KeyWriter, caps: readonly (readonly [string, number])[]): Promise<void> => {
   if (caps.length === 0) return;
-  const results = await writer.executeMany(caps.map(([queue, limit]) => ({ stream: keyStream(queueCapKey(queue)), command: { type: 'SetLimit', limit, by: 'config' }, metadata: { by: 'config', via: 'queues' } })));
-  for (const r of results) if (E.isLeft(r)) throw new RefusedError(r.left);
+  const results = await writer.executeMany(caps.map(([queue, limit]) => ({ stream: keyStream(queueCapKey(queue)), command: { type: 'DeclareLimit', limit, by: 'config' }, metadata: { by: 'config', via: 'queues' } })));
+  results.forEach((r, i) => {
+    if (E.isRight(r)) return;
+    const [queue, configured] = caps[i]!;
+    throw r.left.tag === 'LimitMismatch' ? new QueueCapConflictError(queue, r.left.recorded, configured) : new RefusedError(r.left);
+  });
 };

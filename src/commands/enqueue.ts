@@ -2,11 +2,11 @@ import { randomUUID } from 'node:crypto';
 import * as E from 'fp-ts/lib/Either.js';
 import * as t from 'io-ts';
 import { v5 as uuidv5 } from 'uuid';
-import { LimitRefs, type Command, type JobSpec, type LimitRef } from '../domain/commands.js';
+import { LimitRefs, type Command, type JobSpec } from '../domain/commands.js';
 import { WhenFull, type KeyEvent } from '../domain/events.js';
 import { LimitConflictError, RefusedError } from '../domain/errors.js';
 import { DuplicateEventIdError } from '../domain/ports/event-store.js';
-import { queueCapKey, streamFor } from '../domain/streams.js';
+import { streamFor } from '../domain/streams.js';
 import { JsonArgs, Key, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, ValidationError, decodeWith, refine } from '../domain/values.js';
 import type { KeyCommand, KeyWriter } from './key-writer.js';
 
@@ -103,11 +103,6 @@ const EnqueueInputCodec = t.type({
   limits: Optional(LimitRefs),
 });
 
-/** What the ledger's configuration adds to every enqueue: the queues with a cap of their own. */
-export interface EnqueueConfig {
-  readonly cappedQueues?: ReadonlySet<string>;
-}
-
 interface Planned {
   /** The caller chose the job id: it may have been enqueued before, so the store is asked. */
   readonly givenId: boolean;
@@ -120,7 +115,7 @@ interface Planned {
 }
 
 /** Checks one input and turns it into a job for its key's stream; the error names the field. */
-export const planEnqueue = (input: EnqueueInput, now: number, field = '', config: EnqueueConfig = {}): Planned => {
+export const planEnqueue = (input: EnqueueInput, now: number, field = ''): Planned => {
   const fail = (f: string, problem: string) => new ValidationError(field + f, problem);
   if (typeof input !== 'object' || input === null) throw fail('(input)', 'must be an object');
   const decoded = decodeWith(EnqueueInputCodec, input);
@@ -134,7 +129,8 @@ export const planEnqueue = (input: EnqueueInput, now: number, field = '', config
   const own = (i.limits ?? []).findIndex((l) => l.key === key);
   if (own >= 0) throw fail(`limits[${own}].key`, 'is the job\'s own key: name each further limit key once, not the key itself');
   const queue = i.queue ?? DEFAULT_QUEUE;
-  const limits = withQueueCap(i.limits ?? [], queue, key, config);
+  // A queue's cap is not added here: the decision reads it from the ledger (Decision.queueCap).
+  const limits = i.limits ?? [];
   return {
     givenId: i.jobId !== undefined,
     stream: streamFor(key, jobId),
@@ -157,13 +153,6 @@ export const planEnqueue = (input: EnqueueInput, now: number, field = '', config
   };
 };
 
-/** A job of a queue with a cap is under the queue's limit key too (its limit is the configuration's). */
-const withQueueCap = (limits: readonly LimitRef[], queue: string, key: string | null, config: EnqueueConfig): LimitRef[] => {
-  const cap = queueCapKey(queue);
-  if (config.cappedQueues?.has(queue) !== true || cap === key || limits.some((l) => l.key === cap)) return [...limits];
-  return [...limits, { key: cap }];
-};
-
 const statusOf = (jobId: string, events: readonly KeyEvent[]): EnqueueStatus => {
   for (const e of events) {
     if (!('jobId' in e.data) || e.data.jobId !== jobId) continue;
@@ -184,11 +173,11 @@ const statusOf = (jobId: string, events: readonly KeyEvent[]): EnqueueStatus => 
 export const enqueueMany = async (
   handler: KeyWriter,
   inputs: readonly EnqueueInput[],
-  options: { readonly now: () => number; readonly recorded: (eventIds: readonly string[]) => Promise<ReadonlySet<string>>; readonly metadata?: Record<string, unknown>; readonly config?: EnqueueConfig },
+  options: { readonly now: () => number; readonly recorded: (eventIds: readonly string[]) => Promise<ReadonlySet<string>>; readonly metadata?: Record<string, unknown> },
 ): Promise<Enqueued[]> => {
   if (!Array.isArray(inputs)) throw new ValidationError('jobs', 'must be an array');
   const now = options.now();
-  const planned = inputs.map((input, i) => planEnqueue(input, now, inputs.length > 1 ? `jobs[${i}].` : '', options.config));
+  const planned = inputs.map((input, i) => planEnqueue(input, now, inputs.length > 1 ? `jobs[${i}].` : ''));
   const ids = new Set<string>();
   planned.forEach(({ job }, i) => {
     if (ids.has(job.jobId)) throw new ValidationError(`jobs[${i}].jobId`, `${job.jobId} appears twice in the batch`);

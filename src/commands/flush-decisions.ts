@@ -3,7 +3,7 @@ import * as E from 'fp-ts/lib/Either.js';
 import { decideAcross, type FillLater } from '../domain/decide/index.js';
 import type { DomainError } from '../domain/errors.js';
 import type { KeyEvent } from '../domain/events.js';
-import { KEY_STATE_SCHEMA_VERSION, Scratch } from '../domain/key-state.js';
+import { KEY_STATE_SCHEMA_VERSION, Scratch, draftOf, initialKeyState } from '../domain/key-state.js';
 import type { JsonObject, Snapshot, StreamRevision } from '../domain/ports/event-store.js';
 import type { DecidedAppend } from '../domain/ports/ledger-store.js';
 import { next, type Entry } from './key-states.js';
@@ -24,6 +24,8 @@ export interface FlushDecisionsOptions {
   readonly scratches: Map<string, Scratch>;
   /** Streams that could not be read, with why: a decision that needs one fails with that error. */
   readonly broken: ReadonlyMap<string, unknown>;
+  /** Streams taken to have no events, unlocked (a queue cap known to be absent): decided on as empty, their absence checked at commit. */
+  readonly absent: (stream: string) => boolean;
   readonly now: number;
   /** The store's id of a decided event; a random one when it returns undefined. */
   readonly eventId?: ((stream: string, event: KeyEvent) => string | undefined) | undefined;
@@ -38,13 +40,20 @@ export class FlushDecisions {
   readonly fills = new Map<string, FillLater>();
   /** Each command's event ids: a commit whose answer was lost is looked up by them (#19). */
   readonly eventIds = new Map<KeyCommand, string[]>();
+  /** Streams decided on as absent (options.absent): the commit checks that they still are. */
+  readonly readAbsent = new Set<string>();
   private readonly appended = new Map<string, { events: KeyEvent[]; stored: StoredEvent[] }>();
 
   constructor(private readonly options: FlushDecisionsOptions) {}
 
   private scratchOf = (stream: string): Scratch | undefined => {
     const entry = this.options.entries.get(stream);
-    if (entry === undefined) return undefined;
+    if (entry === undefined) {
+      if (!this.options.absent(stream)) return undefined;
+      // Read as empty, never written: a decision that would write it has it as its own stream, which is always locked.
+      this.readAbsent.add(stream);
+      return new Scratch(draftOf(initialKeyState));
+    }
     let scratch = this.options.scratches.get(stream);
     if (scratch === undefined) this.options.scratches.set(stream, (scratch = new Scratch(entry.state)));
     return scratch;
@@ -71,6 +80,7 @@ export class FlushDecisions {
     const ids: string[] = [];
     for (const [stream, events] of result.right) {
       if (events.length === 0) continue;
+      if (this.readAbsent.has(stream) && !this.options.entries.has(stream)) throw new Error(`a decision wrote to ${stream}, which it took to be absent and did not lock`);
       const a = this.appended.get(stream) ?? { events: [], stored: [] };
       for (const event of events) {
         // Every event's id is ours, so a commit whose answer was lost can be looked up (#19).

@@ -5,7 +5,7 @@ import type { EventStore, RecordedEvent, StreamRevision } from '../domain/ports/
 import type { LockedStream } from '../domain/ports/ledger-store.js';
 import type { Logger } from '../domain/ports/logger.js';
 import { decodeRecorded } from '../domain/recorded.js';
-import { keyStream } from '../domain/streams.js';
+import { isQueueCapStream, keyStream, queueCapKey } from '../domain/streams.js';
 import type { KeyCommand } from './key-writer.js';
 
 // The key writer's "remember" (./key-writer.ts draws the whole cycle): the states of the streams
@@ -38,6 +38,14 @@ const LINE_WINDOW = 64;
 /** The writer's own streams and their states: read only between flushes, or inside one. */
 export class KeyStates {
   private readonly entries = new Map<string, Entry>();
+  /**
+   * Queue cap streams this writer found to exist (true) or not (false). Every arrival reads its
+   * queue's cap (Decision.queueCap); one not known to exist is taken to be absent: neither
+   * planned nor locked, its absence checked at commit instead (Commit.readChecks), so the
+   * arrivals of an uncapped queue share no stream. A check that fails (moved) marks it as
+   * existing, and from then on it is locked with the arrivals that read it.
+   */
+  private readonly caps = new Map<string, boolean>();
 
   constructor(
     private readonly cacheSize: number,
@@ -78,6 +86,7 @@ export class KeyStates {
       }
     }
     entry.shared = locked.snapshot !== undefined || locked.events.length > 0;
+    if (isQueueCapStream(locked.stream)) this.caps.set(locked.stream, locked.revision !== 'no_stream');
     this.fold(entry, locked.events);
     if (entry.revision !== locked.revision) throw new Error(`key state of ${locked.stream} is at ${entry.revision}, the stream at ${locked.revision}`);
     return entry;
@@ -107,11 +116,22 @@ export class KeyStates {
   related(item: KeyCommand): string[] {
     const c = item.command;
     const out = new Set<string>();
+    // An arrival reads its queue's cap (Decision.queueCap): locked with it unless known to be absent.
+    const capOf = (queue: string) => {
+      const stream = keyStream(queueCapKey(queue));
+      if (!this.absent(stream)) out.add(stream);
+    };
     if (c.type === 'Enqueue' || c.type === 'EnqueueMany') {
-      for (const job of c.type === 'Enqueue' ? [c.job] : c.jobs) for (const l of job.limits ?? []) out.add(keyStream(l.key));
+      for (const job of c.type === 'Enqueue' ? [c.job] : c.jobs) {
+        capOf(job.queue);
+        for (const l of job.limits ?? []) out.add(keyStream(l.key));
+      }
     }
     // A dead job retried is admitted on its limit keys too (it has left the state: the command names them).
-    if (c.type === 'RetryJob') for (const l of c.job.limits ?? []) out.add(keyStream(l));
+    if (c.type === 'RetryJob') {
+      capOf(c.job.queue);
+      for (const l of c.job.limits ?? []) out.add(keyStream(l));
+    }
     const state = this.entries.get(item.stream)?.state;
     if (state === undefined) return [...out];
     /** The streams of a job of `line`'s stream: its home (for a guest) and its limit keys. */
@@ -152,10 +172,21 @@ export class KeyStates {
     return [...out];
   }
 
-  /** A write that assumed the stream unchanged found it moved on. */
+  /** Whether `stream` is a queue cap's that this writer does not know to exist: decided on as absent, checked at commit. */
+  absent(stream: string): boolean {
+    return isQueueCapStream(stream) && this.caps.get(stream) !== true;
+  }
+
+  /** This writer appended to the stream (a queue's cap recorded here exists from now on). */
+  wrote(stream: string): void {
+    if (isQueueCapStream(stream)) this.caps.set(stream, true);
+  }
+
+  /** A write that assumed the stream unchanged (or absent) found it moved on. */
   moved(stream: string): void {
     const entry = this.entries.get(stream);
     if (entry !== undefined) entry.shared = true;
+    if (isQueueCapStream(stream)) this.caps.set(stream, true);
   }
 
   /** Drops the least recently used states past the cache size, but none a flush in flight decides on. */

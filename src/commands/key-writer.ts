@@ -389,7 +389,8 @@ export class KeyWriter {
           for (const r of reads) r.reject(error);
           return;
         }
-        if (error instanceof TransientWriteError) {
+        // A stale state after locking: a stream decided on unlocked (a queue cap taken to be absent) moved; decided again, locked.
+        if (error instanceof TransientWriteError || error instanceof StaleStateError) {
           // The states may be what failed (a stream another writer just created): lock first from now on.
           optimistic = false;
           for (const s of batch) s.attempts++;
@@ -555,6 +556,7 @@ export class KeyWriter {
         entries,
         scratches,
         broken,
+        absent: (stream) => this.states.absent(stream),
         now: this.clock(),
         eventId: this.options.eventId,
         refused: (item, refusal) => this.log.info({ ...logFields(item.stream, item.command), refusal: refusal.tag }, describeDomainError(refusal)),
@@ -576,11 +578,19 @@ export class KeyWriter {
       }
       const archive = [...malformed, ...readGoing.filter((i) => E.isLeft(decided.get(i)!)).map((i) => i.msgId)];
       const { appends, snapshots, after } = decisions.appends(this.options.snapshotEvery);
+      // Invariant 9: what a decision only read is checked at commit too. Locked streams cannot
+      // move under this transaction; those decided on unlocked can: the states it trusted
+      // (optimistic) and the queue caps it took to be absent.
+      const readChecks = [
+        ...(optimistic ? streams.filter((stream) => !after.has(stream)).map((stream) => ({ stream, revision: entries.get(stream)!.revision })) : []),
+        ...[...decisions.readAbsent].map((stream) => ({ stream, revision: 'no_stream' as const })),
+      ];
       const committed = await tx.commit({
         appends,
         archive,
         release,
         snapshots,
+        ...(readChecks.length > 0 ? { readChecks } : {}),
         ...(delayed.length > 0 ? { delay: { msgIds: delayed, ms: this.options.quarantinedMessageDelayMs } } : {}),
         ...(quarantine.length > 0 ? { quarantine } : {}),
         ...(optimistic ? { lockFirst: streams } : {}),
@@ -596,7 +606,10 @@ export class KeyWriter {
       });
 
       // Remember: the decided states are the states at the new revisions.
-      for (const [stream, revision] of after) entries.get(stream)!.revision = revision;
+      for (const [stream, revision] of after) {
+        entries.get(stream)!.revision = revision;
+        this.states.wrote(stream);
+      }
       const result = (item: KeyCommand): CommandResult =>
         E.map((d: Decided) => {
           const revision = after.get(item.stream) ?? d.revision;
@@ -619,7 +632,10 @@ export class KeyWriter {
     } catch (error) {
       for (const scratch of scratches.values()) scratch.rollbackTo();
       await tx.rollback();
-      if (error instanceof StaleStateError) for (const item of batch.flatMap((s) => s.items)) for (const stream of this.streamsOf(item)) this.states.moved(stream);
+      if (error instanceof StaleStateError) {
+        for (const stream of error.streams) this.states.moved(stream);
+        for (const item of batch.flatMap((s) => s.items)) for (const stream of this.streamsOf(item)) this.states.moved(stream);
+      }
       throw error;
     }
   }

@@ -104,6 +104,12 @@ export const Stopped = command('Stopped', { jobId: Id, leaseId: Id, jitter: Jitt
 export const ExpireLeases = command('ExpireLeases', { jitter: Jitter });
 export const SetLimit = withOptional(command('SetLimit', { limit: Limit, by: By }), { leaseMs: LeaseMs });
 /**
+ * A process's configuration names the key's limit (a queue's cap): recorded if the key has none
+ * yet, nothing if it is the same, and refused (LimitMismatch) if the ledger holds another: only
+ * an operator's SetLimit changes a limit the ledger holds.
+ */
+export const DeclareLimit = command('DeclareLimit', { limit: Limit, by: By });
+/**
  * One holder (jobId) or every holder of the key. A running holder's slot passes on once its
  * handler stopped (or its lease lapsed), unless `force`: the operator says no handler runs (its
  * worker is gone), and the slot passes on at once.
@@ -153,6 +159,7 @@ const codecs = {
   Stopped,
   ExpireLeases,
   SetLimit,
+  DeclareLimit,
   RevokeLease,
   PauseKey,
   ResumeKey,

@@ -83,6 +83,24 @@ export class RefusedError extends Error {
   }
 }
 
+/**
+ * A process was opened with a queue cap the ledger holds otherwise: the ledger's cap stands for
+ * every process, and changing it is an operator's action (set-limit on queue:<name>), audited.
+ */
+export class QueueCapConflictError extends Error {
+  override readonly name = 'QueueCapConflictError';
+  constructor(
+    readonly queue: string,
+    readonly recorded: number,
+    readonly configured: number,
+  ) {
+    super(
+      `queue ${JSON.stringify(queue)} has cap ${recorded} in the ledger, not ${configured} as this process's configuration (queues, --queue-cap or JOBLEDGER_QUEUES) says: ` +
+        `the ledger's cap holds for every process; change it with \`jobledger set-limit --key queue:${queue} --limit ${configured} --by <you>\` (recorded with who), or fix the configuration. Nothing was written`,
+    );
+  }
+}
+
 /** An enqueue named a limit other than its key's recorded one: the whole enqueue (every job of the batch) was refused. */
 export class LimitConflictError extends RefusedError {
   override readonly name = 'LimitConflictError';

@@ -13,3 +13,6 @@ export const streamFor = (key: string | null | undefined, jobId: string): string
 
 /** The limit key of a queue's cap (createLedger's `queues`): every job of the queue is under it. */
 export const queueCapKey = (queue: string): string => `queue:${queue}`;
+
+/** Whether a stream is a queue cap's (its key's stream is there once the queue has a cap). */
+export const isQueueCapStream = (stream: string): boolean => stream.startsWith(`${KEY_STREAM_PREFIX}queue:`);

@@ -21,7 +21,8 @@ beforeAll(async () => {
   s.at(T0 + 4 * SEC);
   await s.start('acme', 'b', 'w2');
   s.at(T0 + 5 * SEC);
-  await ledger.release({ key: 'acme', jobId: 'b', by: 'alice' }); // b started: retried later
+  await ledger.release({ key: 'acme', jobId: 'b', by: 'alice' }); // b started: its handler is told to stop
+  await s.stopped('acme', 'b'); // its worker says it stopped: the slot goes, b is retried later
   s.at(T0 + 3_600 * SEC);
   await s.run('acme', { type: 'AdmitDue' }); // a and b are due: a takes the slot, b parks
   await s.start('acme', 'a', 'w1');

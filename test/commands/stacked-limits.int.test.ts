@@ -2,7 +2,7 @@ import * as E from 'fp-ts/lib/Either.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { decideAcross } from '../../src/domain/decide/index.js';
-import { LimitConflictError } from '../../src/domain/errors.js';
+import { LimitConflictError, QueueCapConflictError } from '../../src/domain/errors.js';
 import { Scratch, draftOf, holders, jobsIn, type KeyState } from '../../src/domain/key-state.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { keyStream } from '../../src/domain/streams.js';
@@ -110,21 +110,60 @@ describe('the second step of a release, after its writer died', () => {
   });
 });
 
-describe('queue caps from configuration', () => {
-  it('records the cap as the queue key\'s limit, by config, changes it when the configuration does, and holds jobs of the queue to it', async () => {
-    const open = (maxConcurrent: number) => createLedger({ pool: db.pool, migrate: false, logger: silentLogger, queues: { builds: { maxConcurrent } } });
-    const first = await open(2);
-    const limitEvents = async () => (await ledger.store.readStream(keyStream('queue:builds'))).filter((e) => e.type === 'KeyLimitSet').map((e) => [(e.data as { limit: number }).limit, (e.data as { by: string }).by]);
-    expect(await limitEvents()).toEqual([[2, 'config']]);
+describe('queue caps live in the ledger (issue 21, item 2; invariant 10)', () => {
+  const open = (queues?: Record<string, number>) =>
+    createLedger({ pool: db.pool, migrate: false, logger: silentLogger, ...(queues === undefined ? {} : { queues: Object.fromEntries(Object.entries(queues).map(([q, n]) => [q, { maxConcurrent: n }])) }) });
+  const limitEvents = async (queue: string) =>
+    (await ledger.store.readStream(keyStream(`queue:${queue}`))).filter((e) => e.type === 'KeyLimitSet').map((e) => [(e.data as { limit: number }).limit, (e.data as { by: string }).by]);
+
+  it('the first process to name a cap records it, by config; a process naming the same records nothing; jobs of the queue are held to it', async () => {
+    const first = await open({ builds: 2 });
+    expect(await limitEvents('builds')).toEqual([[2, 'config']]);
     const results = await first.enqueueMany([1, 2, 3].map((i) => ({ name: 'build', key: `qc:repo-${i}`, queue: 'builds', jobId: `qc-${i}` })));
     expect(results.map((r) => r.status)).toEqual(['acquired', 'acquired', 'parked']);
     await first.close();
-    (await open(2)).close();
-    expect(await limitEvents()).toEqual([[2, 'config']]);
-    const third = await open(3);
-    expect(await limitEvents()).toEqual([[2, 'config'], [3, 'config']]);
-    await until(() => statusIn('qc:repo-3', 'qc-3'), (s) => s === 'holding', 'the raised cap admits the parked build');
-    await third.close();
+    await (await open({ builds: 2 })).close();
+    expect(await limitEvents('builds')).toEqual([[2, 'config']]);
+  });
+
+  it('issue 21 #2: a process opened without the caps (a producer, serve, a one-off CLI enqueue) enqueues under the ledger\'s cap all the same', async () => {
+    const capped = await open({ mail: 1 });
+    const plain = await open();
+    try {
+      const fromCapped = await capped.enqueueMany([1, 2].map((i) => ({ name: 'send', key: `qp:a${i}`, queue: 'mail', jobId: `qp-c${i}` })));
+      const fromPlain = await plain.enqueueMany([1, 2].map((i) => ({ name: 'send', key: `qp:b${i}`, queue: 'mail', jobId: `qp-p${i}` })));
+      // Measured before the fix: acquired, parked, then acquired, acquired (3 holding on a cap of 1).
+      expect([...fromCapped, ...fromPlain].map((r) => r.status)).toEqual(['acquired', 'parked', 'parked', 'parked']);
+      expect((await plain.keyDetail('queue:mail'))?.holders.map((h) => h.jobId)).toEqual(['qp-c1']);
+      // Unkeyed jobs and retried ones are arrivals too.
+      expect((await plain.enqueue({ name: 'send', queue: 'mail', jobId: 'qp-solo' })).status).toBe('parked');
+    } finally {
+      await capped.close();
+      await plain.close();
+    }
+  });
+
+  it('issue 21 #2: a process whose configuration names another cap is refused, clearly, and writes nothing; changing a cap is set-limit, recorded with who', async () => {
+    await (await open({ reports: 5 })).close();
+    const before = (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n;
+    const refused = open({ reports: 1 });
+    await expect(refused).rejects.toThrow(QueueCapConflictError);
+    await expect(refused).rejects.toThrow('queue "reports" has cap 5 in the ledger, not 1');
+    await expect(refused).rejects.toThrow('jobledger set-limit --key queue:reports --limit 1');
+    expect((await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n).toBe(before);
+    // Measured before the fix: each open wrote its own cap (5, then 1, then 5 again).
+    expect(await limitEvents('reports')).toEqual([[5, 'config']]);
+    await ledger.setLimit({ key: 'queue:reports', limit: 1, by: 'alice' });
+    expect(await limitEvents('reports')).toEqual([[5, 'config'], [1, 'alice']]);
+    await (await open({ reports: 1 })).close();
+  });
+
+  it('a cap raised by an operator admits the parked jobs of the queue at once', async () => {
+    await (await open({ raise: 1 })).close();
+    const results = await ledger.enqueueMany([1, 2].map((i) => ({ name: 'build', key: `qr:repo-${i}`, queue: 'raise', jobId: `qr-${i}` })));
+    expect(results.map((r) => r.status)).toEqual(['acquired', 'parked']);
+    await ledger.setLimit({ key: 'queue:raise', limit: 2, by: 'alice' });
+    await until(() => statusIn('qr:repo-2', 'qr-2'), (s) => s === 'holding', 'the raised cap admits the parked build');
   });
 
   it('refuses a bad cap naming the field, before opening anything', async () => {

@@ -26,9 +26,9 @@ export const asUsage =
     throw error;
   };
 
-/** Whether `error` is input the ledger cannot act on (exit 2): a bad value, an unknown key or job, an action the key's state refuses. */
+/** Whether `error` is input the ledger cannot act on (exit 2): a bad value, an unknown key or job, an action the key's state refuses, a queue cap the ledger holds otherwise. */
 export const isUsage = async (error: unknown): Promise<boolean> => {
   if (error instanceof UsageError) return true;
-  const [{ ValidationError }, { RefusedError, UnknownJobError, UnknownKeyError }] = await Promise.all([import('../../domain/values.js'), import('../../domain/errors.js')]);
-  return error instanceof ValidationError || error instanceof UnknownKeyError || error instanceof UnknownJobError || error instanceof RefusedError;
+  const [{ ValidationError }, { QueueCapConflictError, RefusedError, UnknownJobError, UnknownKeyError }] = await Promise.all([import('../../domain/values.js'), import('../../domain/errors.js')]);
+  return error instanceof ValidationError || error instanceof UnknownKeyError || error instanceof UnknownJobError || error instanceof RefusedError || error instanceof QueueCapConflictError;
 };

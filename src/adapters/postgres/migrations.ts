@@ -12,6 +12,7 @@ import { workers } from './migrations/0009-workers.js';
 import { eventArchive } from './migrations/0010-event-archive.js';
 import { queueName } from './migrations/0011-queue-name.js';
 import { stoppingHolders } from './migrations/0012-stopping-holders.js';
+import { readChecks } from './migrations/0013-read-checks.js';
 
 export interface Migration {
   /** Applied in increasing order; never renumber or edit one that has shipped, append a new one. */
@@ -21,7 +22,7 @@ export interface Migration {
   readonly sql: string;
 }
 
-export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName, stoppingHolders];
+export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName, stoppingHolders, readChecks];
 
 /**
  * Applies the pending migrations, all in one transaction: a process sees the whole schema or the

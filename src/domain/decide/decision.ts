@@ -3,7 +3,7 @@ import { retryDelayMs } from '../backoff.js';
 import type { DomainError } from '../errors.js';
 import { mk, type EventData, type KeyEvent, type KeyEventType, type ReleaseReason } from '../events.js';
 import { apply, isUnderLimits, lineAfter, nextParked, type Draft, type JobEntry, type JobState, type KeyState, type LinePlace } from '../key-state.js';
-import { keyStream } from '../streams.js';
+import { keyStream, queueCapKey } from '../streams.js';
 
 /**
  * The other streams of a decision that spans several (a job under further limits): each a
@@ -156,6 +156,21 @@ export class Decision {
     if (blocked === undefined) return 'no free slot';
     const key = blocked.stream.startsWith('key:') ? blocked.stream.slice('key:'.length) : blocked.stream;
     return blocked.state.paused === undefined ? `limit ${key} full (limit ${blocked.state.limit})` : `limit ${key} paused`;
+  }
+
+  /**
+   * The limit key of `queue`'s cap when the ledger holds one (its stream's limit, read in this
+   * decision and checked at commit), never the deciding process's configuration: every arrival
+   * on the queue is under it, whoever enqueued it (issue 21, item 2; invariant 10). Undefined when
+   * the queue has no cap, or when this is the cap's own stream.
+   */
+  queueCap(queue: string): string | undefined {
+    const cap = queueCapKey(queue);
+    const stream = keyStream(cap);
+    if (stream === this.stream) return undefined;
+    const capped = this.on(stream);
+    if (capped === undefined) throw new StreamsNeeded([stream]);
+    return capped.state.limit > 0 ? cap : undefined;
   }
 
   job(jobId: string): JobEntry | undefined {

@@ -24,7 +24,7 @@ export const enqueue = (c: CommandOf<'Enqueue'> | CommandOf<'EnqueueMany'>, d: D
   for (const named of c.type === 'Enqueue' ? [c.job] : c.jobs) {
     if (d.job(named.jobId) !== undefined || finished.has(named.jobId)) continue;
     // Its own key among its limits adds nothing (and would make it a guest of its own key).
-    const job = named.limits?.some((l) => keyStream(l.key) === d.stream) === true ? { ...named, limits: named.limits.filter((l) => keyStream(l.key) !== d.stream) } : named;
+    const job = underQueueCap(named.limits?.some((l) => keyStream(l.key) === d.stream) === true ? { ...named, limits: named.limits.filter((l) => keyStream(l.key) !== d.stream) } : named, d);
     const refusal = job.limits === undefined ? undefined : limitPolicies(job, c.ownsLimit === true, d);
     if (refusal !== undefined) return refuse(refusal);
     const leaseMs = job.leaseMs ?? (solo && d.state.limit === 0 ? (c.leaseMs ?? DEFAULT_LEASE_MS) : d.state.leaseMs);
@@ -43,6 +43,12 @@ export const enqueue = (c: CommandOf<'Enqueue'> | CommandOf<'EnqueueMany'>, d: D
     else whenFull(job, d, finished);
   }
   return accept(d);
+};
+
+/** A job of a queue with a cap is under the cap's limit key too (Decision.queueCap: the ledger's cap, not the enqueuer's configuration). */
+const underQueueCap = (job: JobSpec, d: Decision): JobSpec => {
+  const cap = d.queueCap(job.queue);
+  return cap === undefined || job.limits?.some((l) => l.key === cap) === true ? job : { ...job, limits: [...(job.limits ?? []), { key: cap }] };
 };
 
 /**

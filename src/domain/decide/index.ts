@@ -8,6 +8,7 @@ import { admitDue } from './admit-due.js';
 import { cancel } from './cancel.js';
 import { complete } from './complete.js';
 import { Decision, StreamsNeeded, type Across } from './decision.js';
+import { declareLimit } from './declare-limit.js';
 import { discardParked } from './discard-parked.js';
 import { enqueue } from './enqueue.js';
 import { expireLeases } from './expire-leases.js';
@@ -22,18 +23,29 @@ import { start } from './start.js';
 import { stopped } from './stopped.js';
 import { yieldSlot } from './yield.js';
 
-/** The key's decider: pure, with time passed in. An empty list means "nothing to do". */
+/**
+ * The key's decider: pure, with time passed in. An empty list means "nothing to do". Every other
+ * stream the decision reads (a queue's cap, a further limit) is taken as one with no events yet:
+ * a key alone, as specs and properties speak of it (decideAll gives the others their states).
+ */
 export const decide = (command: Command, state: KeyState, now: number): Either<DomainError, readonly KeyEvent[]> =>
-  decideWith(command, new Decision(draftOf(state), now));
+  decideInto(command, new Scratch(draftOf(state)), now);
 
 /**
  * The same decision on a state its caller owns, without copying the key's job table: the events
  * are applied to it through `scratch` as they are decided, and stay applied when the command is
  * accepted; a refusal is rolled back, so it changes nothing. Decides what decide() decides, by
- * the key writer's own path (decideAcross) on one stream.
+ * the key writer's own path (decideAcross) on one stream, the others new (as in decide()).
  */
 export const decideInto = (command: Command, scratch: Scratch, now: number): Either<DomainError, readonly KeyEvent[]> => {
-  const outcome = decideAcross(command, '', (s) => (s === '' ? scratch : undefined), now);
+  const others = new Map<string, Scratch>();
+  const scratchOf = (s: string): Scratch => {
+    if (s === '') return scratch;
+    let other = others.get(s);
+    if (other === undefined) others.set(s, (other = new Scratch(draftOf(initialKeyState))));
+    return other;
+  };
+  const outcome = decideAcross(command, '', scratchOf, now);
   if (outcome.tag === 'needs') throw new StreamsNeeded(outcome.streams);
   return E.map((events: ReadonlyMap<string, readonly KeyEvent[]>) => events.get('') ?? [])(outcome.result);
 };
@@ -164,6 +176,8 @@ const decideWith = (command: Command, d: Decision): Either<DomainError, readonly
       return expireLeases(command, d);
     case 'SetLimit':
       return setLimit(command, d);
+    case 'DeclareLimit':
+      return declareLimit(command, d);
     case 'PauseKey':
       return pauseKey(command, d);
     case 'ResumeKey':

@@ -13,7 +13,10 @@ import { accept, refuse, type Decision, type Outcome } from './decision.js';
 export const retryJob = (c: CommandOf<'RetryJob'>, d: Decision): Outcome => {
   const refusal = notDead(d.job(c.jobId));
   if (refusal !== undefined) return refuse(refusal);
-  const { limits, ...job } = c.job;
+  const { limits: recorded, ...job } = c.job;
+  // An arrival like an enqueue: under its queue's cap as the ledger holds it now (invariant 10).
+  const cap = d.queueCap(job.queue);
+  const limits = cap === undefined || recorded?.includes(cap) === true ? recorded : [...(recorded ?? []), cap];
   d.emit('JobRetried', { jobId: c.jobId, by: c.by, ...job, ...(limits !== undefined && limits.length > 0 ? { limits } : {}) });
   d.admit(c.jobId);
   return accept(d);

@@ -90,6 +90,12 @@ export interface Commit {
   readonly positions?: boolean;
   /** Lock these streams (as lock() does, reading nothing) in the same round trip as the write: for a caller sure enough of their revisions to skip lock(). */
   readonly lockFirst?: readonly string[];
+  /**
+   * Streams the flush's decisions read without appending to them, each at the revision they were
+   * decided on ('no_stream': they took it to have no events): the commit fails (StaleStateError,
+   * naming them) if one moved. Invariant 9: every stream a decision read is checked at commit.
+   */
+  readonly readChecks?: readonly { readonly stream: string; readonly revision: StreamRevision | 'no_stream' }[];
 }
 
 export interface Committed {
@@ -136,6 +142,13 @@ export type { JsonObject };
 /** An append expected a revision its stream has moved past (or a younger transaction wrote it last): nothing was written. */
 export class StaleStateError extends Error {
   override readonly name = 'StaleStateError';
+  constructor(
+    message: string,
+    /** The streams known to have moved (a read check names them); empty when the store cannot say which. */
+    readonly streams: readonly string[] = [],
+  ) {
+    super(message);
+  }
 }
 
 /** The connection went away while COMMIT was in flight: the transaction may or may not have committed (FAILURE-MODES #19). */

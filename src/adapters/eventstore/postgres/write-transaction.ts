@@ -143,6 +143,10 @@ export class PgWriteTransaction implements WriteTransaction {
       const streams = [...new Set(commit.lockFirst)].sort(byName);
       statements.push({ text: LOCK_SQL, values: [streams, streams.map(() => null), this.options.schemaVersion] });
     }
+    if (commit.readChecks?.length) {
+      const checks = [...commit.readChecks].sort((a, b) => byName(a.stream, b.stream));
+      statements.push({ text: READ_CHECK_SQL, values: [checks.map((c) => c.stream), checks.map((c) => revisionOf(c.revision))] });
+    }
     const written = statements.length;
     const projected: ProjectedEvent[] = [];
     const wire: WireEvent[] = [];
@@ -294,6 +298,8 @@ const mapError = (error: unknown): unknown => {
   if (isConnectionError(error)) return new TransientWriteError(error.message, { cause: error });
   // WRITE_SQL's expected-revision check: a stream that had moved on gets no claimed row.
   if (error.code === '23502' && error.column === 'stream_revision') return new StaleStateError(error.message);
+  // READ_CHECK_SQL: a stream a decision only read moved before the commit (DETAIL names them).
+  if (error.code === 'JL001') return new StaleStateError(error.message, (error.detail ?? '').split(', ').filter((s) => s !== ''));
   if (error.code === '23505' && error.constraint === 'events_event_id_key') {
     const eventId = /\(event_id\)=\(([0-9a-f-]+)\)/i.exec(error.detail ?? '')?.[1];
     return new DuplicateEventIdError('', error.detail ?? '', eventId);
@@ -414,6 +420,13 @@ export const WRITE_RETURNING_SQL = `${WRITE_SQL}
 SELECT stream, stream_revision::text AS revision, global_position::text AS position, pg_current_xact_id()::text AS xid FROM written`;
 const WRITE_FLUSH_SQL = `${WRITE_SQL}
 SELECT count(*) FROM written`;
+
+// The streams the flush's decisions only read, each at the revision decided on (-1: absent), checked
+// before anything is written (migration 0013's jl_check_read; it raises, failing the transaction).
+// Streams that exist were locked by this transaction (LOCK_SQL), so none can move between this
+// check and COMMIT; one that did not exist may be created meanwhile by a transaction that read
+// nothing of this one's, which is then ordered after it.
+export const READ_CHECK_SQL = `SELECT jl_check_read($1::text[], $2::bigint[])`;
 
 export const SAVE_SNAPSHOTS_SQL = `
 INSERT INTO snapshots (stream, schema_version, revision, state)
