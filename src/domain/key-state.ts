@@ -78,8 +78,13 @@ const KeyStateFields = t.type({
   holding: t.number,
   jobs: t.record(t.string, JobState),
 });
-/** `paused` is absent while the key runs (and in states and snapshots made before pauses existed). */
-export const KeyStateCodec = t.intersection([KeyStateFields, t.partial({ paused: Pause })]);
+/**
+ * `paused` is absent while the key runs (and in states and snapshots made before pauses existed).
+ * `dead`: the key's own jobs that died and were neither retried nor discarded since (jobId: when
+ * it died), so that a retry and a discard of one dead job are decided on the state and exclude
+ * each other (issue 21, item 5); absent while there is none.
+ */
+export const KeyStateCodec = t.intersection([KeyStateFields, t.partial({ paused: Pause, dead: t.record(t.string, t.number) })]);
 export type KeyState = t.TypeOf<typeof KeyStateCodec>;
 
 /** Bump when KeyState's shape or meaning changes: snapshots of another version are ignored and the stream is folded instead. */
@@ -182,7 +187,19 @@ export interface LinePlace {
  */
 export type Draft = { -readonly [K in keyof KeyState]: KeyState[K] } & { jobs: Record<string, JobState> };
 
-export const draftOf = (state: KeyState): Draft => ({ ...state, jobs: { ...state.jobs } });
+export const draftOf = (state: KeyState): Draft => ({ ...state, jobs: { ...state.jobs }, ...(state.dead === undefined ? {} : { dead: { ...state.dead } }) });
+
+/** Whether the job died on this key and was neither retried nor discarded since. */
+export const isDead = (state: KeyState, jobId: string): boolean => state.dead !== undefined && Object.hasOwn(state.dead, jobId);
+
+/** Marks a job dead (`at`) or not (undefined), in place. */
+const setDead = (d: Draft, jobId: string, at: number | undefined): void => {
+  if (at !== undefined) (d.dead ??= {})[jobId] = at;
+  else if (d.dead !== undefined && Object.hasOwn(d.dead, jobId)) {
+    delete d.dead[jobId];
+    if (Object.keys(d.dead).length === 0) delete d.dead;
+  }
+};
 
 const setJob = (d: Draft, jobId: string, update: (job: JobState) => JobState | undefined): void => {
   const job = d.jobs[jobId];
@@ -220,10 +237,11 @@ export const apply = (d: Draft, event: KeyEvent): void => {
     }
     case 'JobRetried':
       // Back as a new arrival: a fresh set of attempts and a place at the back of its line.
+      setDead(d, event.data.jobId, undefined);
       return arrive(d, event.data.jobId, event.data, {});
     case 'DeadDiscarded':
-      // A dead job has left the state already: only the read models and the audit record it.
-      return;
+      // Off the dead list: it can be neither retried nor discarded again.
+      return setDead(d, event.data.jobId, undefined);
     case 'SlotAcquired':
     case 'JobPromoted': {
       const { leaseId, at } = event.data;
@@ -260,8 +278,10 @@ export const apply = (d: Draft, event: KeyEvent): void => {
     case 'SlotReleased':
       d.holding -= 1;
       return setJob(d, event.data.jobId, (job) => (job.status === 'finishing' ? undefined : { ...job, status: 'pending', lease: null }));
-    case 'JobCompleted':
     case 'JobDead':
+      setDead(d, event.data.jobId, event.data.at);
+      return setJob(d, event.data.jobId, finish);
+    case 'JobCompleted':
     case 'JobCancelled':
     case 'ParkedDiscarded':
     case 'JobRejected':
@@ -343,7 +363,7 @@ export interface ScratchMark {
  * caller owns, and rolled back (or kept) before anyone else can see it.
  */
 export class Scratch {
-  private readonly journal: { readonly jobId: string; readonly before: JobState | undefined }[] = [];
+  private readonly journal: { readonly jobId: string; readonly before: JobState | undefined; readonly deadBefore: number | undefined }[] = [];
   readonly start: ScratchMark;
 
   constructor(readonly draft: Draft) {
@@ -358,7 +378,8 @@ export class Scratch {
   apply(event: KeyEvent): void {
     if ('jobId' in event.data) {
       const { jobId } = event.data;
-      this.journal.push({ jobId, before: Object.hasOwn(this.draft.jobs, jobId) ? this.draft.jobs[jobId] : undefined });
+      const d = this.draft;
+      this.journal.push({ jobId, before: Object.hasOwn(d.jobs, jobId) ? d.jobs[jobId] : undefined, deadBefore: isDead(d, jobId) ? d.dead![jobId] : undefined });
     }
     apply(this.draft, event);
   }
@@ -367,11 +388,12 @@ export class Scratch {
   rollbackTo(mark: ScratchMark = this.start): void {
     const d = this.draft;
     while (this.journal.length > mark.journal) {
-      const { jobId, before } = this.journal.pop()!;
+      const { jobId, before, deadBefore } = this.journal.pop()!;
       const now = Object.hasOwn(d.jobs, jobId) ? d.jobs[jobId] : undefined;
       reindex(d, jobId, now, before);
       if (before === undefined) delete d.jobs[jobId];
       else d.jobs[jobId] = before;
+      setDead(d, jobId, deadBefore);
     }
     Object.assign(d, mark.scalars);
     if (mark.paused === undefined) delete d.paused;

@@ -1,4 +1,7 @@
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLedger } from '../../src/adapters/ledger.js';
+import { silentLogger } from '../../src/domain/ports/logger.js';
 import { RefusedError, UnknownJobError, UnknownKeyError } from '../../src/domain/errors.js';
 import { parkedInOrder } from '../../src/domain/key-state.js';
 import { ValidationError } from '../../src/domain/values.js';
@@ -174,5 +177,30 @@ describe('explain and the jobs list', () => {
     expect((await s.ledger.jobs({ status: 'failed', queue: 'default' })).jobs.map((j) => j.jobId)).not.toContain('f1');
     await expect(s.ledger.jobs({ status: 'broken' as never })).rejects.toMatchObject({ field: 'status' });
     await expect(s.ledger.jobs({ queue: 'no spaces' })).rejects.toMatchObject({ field: 'queue' });
+  });
+});
+
+describe('issue 21 #5: a discard and a retry of one dead job race', () => {
+  it('from two processes at once, 12 times: exactly one of them lands, the other is refused, and a discarded job never runs', async () => {
+    // Another process: its own pool, key writer and cache (as `jobledger retry` beside `serve`).
+    const pool = new pg.Pool({ connectionString: s.db.url, max: 4, pipeline: true } as pg.PoolConfig);
+    pool.on('error', () => undefined);
+    const other = await createLedger({ pool, migrate: false, logger: silentLogger, clock: () => T0 + 60 * SEC });
+    try {
+      for (let i = 0; i < 12; i++) {
+        const jobId = `race-${i}`;
+        await dies(`race-${i}`, jobId);
+        // Measured before the fix: both landed in 9 of 12 tries (JobDead, DeadDiscarded, JobRetried, SlotAcquired).
+        const [retried, discarded] = await Promise.allSettled([s.ledger.retry({ jobIds: [jobId], by: 'alice' }), other.discardDead({ jobIds: [jobId], by: 'bob' })]);
+        expect([retried.status, discarded.status].sort(), jobId).toEqual(['fulfilled', 'rejected']);
+        const loser = retried.status === 'rejected' ? retried : (discarded as PromiseRejectedResult);
+        expect(loser.reason).toBeInstanceOf(RefusedError);
+        const types = (await s.ledger.audit({ jobId })).events.map((e) => e.type);
+        expect(types.includes('JobRetried') && types.includes('DeadDiscarded'), `${jobId}: ${types.join(', ')}`).toBe(false);
+      }
+    } finally {
+      await other.close();
+      await pool.end();
+    }
   });
 });

@@ -64,7 +64,7 @@ export type Intent = { readonly dt: number } & (
   | { readonly kind: 'discard'; readonly mask: number | null; readonly stray: number | null }
   | { readonly kind: 'cancel'; readonly pick: number }
   /** An operator retries a dead job (stray: a job the key still holds, which is refused). */
-  | { readonly kind: 'retry'; readonly pick: number; readonly stray: boolean }
+  | { readonly kind: 'retry'; readonly pick: number; readonly stray: boolean; readonly discard: boolean }
 );
 
 export interface Scenario {
@@ -172,7 +172,7 @@ const intentArb: fc.Arbitrary<Intent> = fc.oneof(
     ),
   },
   { weight: 5, arbitrary: withDt(fc.record({ kind: fc.constant('cancel' as const), pick: pickArb })) },
-  { weight: 4, arbitrary: withDt(fc.record({ kind: fc.constant('retry' as const), pick: pickArb, stray: fc.integer({ min: 0, max: 4 }).map((n) => n === 0) })) },
+  { weight: 4, arbitrary: withDt(fc.record({ kind: fc.constant('retry' as const), pick: pickArb, stray: fc.integer({ min: 0, max: 4 }).map((n) => n === 0), discard: fc.integer({ min: 0, max: 3 }).map((n) => n === 0) })) },
 );
 
 export const scenarioArb = (maxLength = 40): fc.Arbitrary<Scenario> =>
@@ -233,6 +233,8 @@ interface Memory {
   readonly specs: Map<string, Extract<Command, { type: 'RetryJob' }>['job']>;
   /** Jobs dead now (not retried since), in order of death. */
   readonly dead: string[];
+  /** Dead jobs discarded since. */
+  readonly discarded: string[];
   fresh: number;
 }
 
@@ -344,10 +346,12 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
     case 'cancel':
       return { type: 'Cancel', by, jobId: at([...memory.known, 'ghost'], intent.pick)! };
     case 'retry': {
-      const held = entriesOf(state).map((e) => e.jobId);
-      const jobId = at(intent.stray || memory.dead.length === 0 ? held : memory.dead, intent.pick) ?? at(memory.dead, intent.pick);
+      // Strays: jobs the key holds, and dead jobs discarded since (a second operator acting on them).
+      const strays = [...entriesOf(state).map((e) => e.jobId), ...memory.discarded];
+      const jobId = at(intent.stray || memory.dead.length === 0 ? strays : memory.dead, intent.pick) ?? at(memory.dead, intent.pick);
       // Nothing dead and nothing held: no retry the command layer would send.
       if (jobId === undefined) return { type: 'AdmitDue' };
+      if (intent.discard) return { type: 'DiscardDead', jobId, by };
       return { type: 'RetryJob', jobId, by, job: memory.specs.get(jobId)! };
     }
   }
@@ -356,7 +360,7 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
 /** Runs a scenario from a fresh key: decide, then fold on Right; a Left changes nothing. */
 export const runScenario = (scenario: Scenario, options: RunOptions = {}): Trace => {
   const decide = options.decide ?? domainDecide;
-  const memory: Memory = { known: [], knownSet: new Set(), leases: [], specs: new Map(), dead: [], fresh: 0 };
+  const memory: Memory = { known: [], knownSet: new Set(), leases: [], specs: new Map(), dead: [], discarded: [], fresh: 0 };
   const steps: Step[] = [];
   const events: KeyEvent[] = [];
   let state = deepFreeze(initialKeyState);
@@ -380,6 +384,10 @@ export const runScenario = (scenario: Scenario, options: RunOptions = {}): Trace
       }
       if (e.type === 'JobDead') memory.dead.push(e.data.jobId);
       if (e.type === 'JobRetried') memory.dead.splice(memory.dead.indexOf(e.data.jobId), 1);
+      if (e.type === 'DeadDiscarded') {
+        memory.dead.splice(memory.dead.indexOf(e.data.jobId), 1);
+        memory.discarded.push(e.data.jobId);
+      }
       if ((e.type === 'SlotAcquired' || e.type === 'JobPromoted') && jobId !== undefined) {
         memory.leases.push({ jobId, leaseId: e.data.leaseId });
       }

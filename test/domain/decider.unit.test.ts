@@ -632,10 +632,27 @@ describe('RetryJob', () => {
 });
 
 describe('DiscardDead', () => {
-  it('records who dropped the dead job; the key\'s state does not change', () => {
+  it('records who dropped the dead job; it leaves the key\'s dead jobs, and nothing else of the state changes', () => {
+    expect(fold(initialKeyState, aDied).dead).toEqual({ a: T0 + 2 * SEC });
     const step = given(...aDied).when({ type: 'DiscardDead', jobId: 'a', by: 'alice' }, T0 + 9 * SEC);
     step.then(mk('DeadDiscarded', { jobId: 'a', by: 'alice', at: T0 + 9 * SEC }));
-    expect(step.state()).toEqual(fold(initialKeyState, aDied));
+    const { dead, ...rest } = fold(initialKeyState, aDied);
+    expect(step.state()).toEqual(rest);
+    expect(dead).toBeDefined();
+  });
+
+  it('issue 21 #5: a discard and a retry of one dead job exclude each other, whichever lands first', () => {
+    const discarded = mk('DeadDiscarded', { jobId: 'a', by: 'bob', at: T0 + 9 * SEC });
+    given(...aDied, discarded).when(retryA).thenRefused({ tag: 'NotDead', jobId: 'a', status: 'not dead (retried, discarded or never dead)' });
+    given(...aDied, discarded).when({ type: 'DiscardDead', jobId: 'a', by: 'alice' }).thenRefused({ tag: 'NotDead', jobId: 'a', status: 'not dead (retried, discarded or never dead)' });
+    given(...aDied, retriedA(T0 + 9 * SEC), acquired('a', 'a:2', T0 + 9 * SEC))
+      .when({ type: 'DiscardDead', jobId: 'a', by: 'bob' })
+      .thenRefused({ tag: 'NotDead', jobId: 'a', status: 'holding' });
+  });
+
+  it('issue 21 #5: a job retried, run and completed is not retried again by a second operator acting on the same dead job', () => {
+    const done = [...aDied, retriedA(T0 + 9 * SEC), acquired('a', 'a:2', T0 + 9 * SEC), started('a', 'a:2', T0 + 10 * SEC), completed('a', 'a:2', T0 + 11 * SEC), released('a', 'a:2', 'completed', T0 + 11 * SEC)];
+    given(...done).when(retryA).thenRefused({ tag: 'NotDead', jobId: 'a', status: 'not dead (retried, discarded or never dead)' });
   });
 
   it('refuses a job the key still holds', () => {

@@ -5,6 +5,7 @@ import * as E from 'fp-ts/lib/Either.js';
 import { describe, expect, it } from 'vitest';
 import { decodeCommand, type Command } from '../../src/domain/commands.js';
 import { decide, decideInto } from '../../src/domain/decide/index.js';
+import { isDead } from '../../src/domain/key-state.js';
 import { KeyEvent } from '../../src/domain/events.js';
 import { KeyStateCodec, Scratch, byPromotionOrder, fold, holders, initialKeyState, jobsIn, parkedInOrder, type Draft, type JobEntry, type KeyState } from '../../src/domain/key-state.js';
 import {
@@ -210,8 +211,9 @@ const exactlyOnePlace = (trace: Trace): void => {
       const jobId = jobIdOf(event);
       if (jobId === undefined) return;
       const finishedStep = finishedAt.get(jobId);
-      // A dead job retried is on the key again, as a new arrival.
+      // A dead job retried is on the key again, as a new arrival; one discarded leaves the dead list, and stays finished.
       if (event.type === 'JobRetried') finishedAt.delete(jobId);
+      else if (event.type === 'DeadDiscarded') return;
       else if (finishedStep !== undefined) {
         // Only the release of the finished job's own slot may follow, in the same append.
         const ownRelease = event.type === 'SlotReleased' && finishedStep === step.index && before.jobs[jobId]?.status === 'finishing';
@@ -441,8 +443,9 @@ const decisionsAreTotalAndRefuseOnlyWhatTheyMust = (trace: Trace): void => {
         expected = job === undefined ? 'JobNotFound' : null;
         break;
       case 'RetryJob':
-        // The generator retries dead jobs (gone from the state) or, as strays, jobs the key holds.
-        expected = job !== undefined ? 'NotDead' : null;
+      case 'DiscardDead':
+        // Invariant (issue 21 #5): only the key's dead jobs; a retry and a discard of one exclude each other.
+        expected = isDead(before, c.jobId) ? null : 'NotDead';
         break;
       case 'RevokeLease':
         expected = c.jobId !== undefined && job?.lease == null ? 'NotHolding' : null;
@@ -693,6 +696,8 @@ describe('key stream decisions, over the same random sequences', () => {
   }, TIMEOUT_MS);
 
   it('the generator reaches the paths the invariants speak of', () => {
+    // Paths behind a dead job (every attempt failed, then an operator acted on it): rarer by construction.
+    const RARE = new Set(['dead job retried into a slot', 'dead job retried into the line', 'dead job discarded', 'discarded job refused a retry or a discard']);
     const counts = new Map<string, number>();
     const count = (what: string, yes: boolean) => yes && counts.set(what, (counts.get(what) ?? 0) + 1);
     for (const scenario of fc.sample(scenarioArb(), { numRuns: 800, seed: 20_261_130 })) {
@@ -728,6 +733,8 @@ describe('key stream decisions, over the same random sequences', () => {
         count('dead job retried into a slot', step.command.type === 'RetryJob' && types.has('SlotAcquired'));
         count('dead job retried into the line', step.command.type === 'RetryJob' && types.has('JobParked'));
         count('retry refused: not dead', tag === 'NotDead');
+        count('dead job discarded', types.has('DeadDiscarded'));
+        count('discarded job refused a retry or a discard', tag === 'NotDead' && (step.command.type === 'RetryJob' || step.command.type === 'DiscardDead') && trace.events.some((e) => e.type === 'DeadDiscarded' && e.data.jobId === (step.command as { jobId: string }).jobId));
       }
     }
     const missing = [
@@ -736,7 +743,8 @@ describe('key stream decisions, over the same random sequences', () => {
       'started job given back for later', 'given-back job admitted when due', 'revoked', 'parked discarded', 'holder cancelled', 'holders above a lowered limit', 'batch parks', 'active job re-enqueued',
       'dead job retried into a slot', 'dead job retried into the line', 'retry refused: not dead',
       'running job cancelled: lease revoked', 'revoked lease ended by its handler', 'revoked lease lapsed', 'running job released by force',
-    ].filter((what) => (counts.get(what) ?? 0) < 5);
+      'dead job discarded', 'discarded job refused a retry or a discard',
+    ].filter((what) => (counts.get(what) ?? 0) < (RARE.has(what) ? 2 : 5));
     expect(missing, JSON.stringify([...counts])).toEqual([]);
   });
 });

@@ -1,17 +1,18 @@
 import type { CommandOf } from '../commands.js';
 import type { DomainError } from '../errors.js';
-import type { JobEntry } from '../key-state.js';
+import { isDead } from '../key-state.js';
 import { accept, refuse, type Decision, type Outcome } from './decision.js';
 
 /**
  * A dead job runs again: JobRetried brings it back with a fresh set of attempts, and it is admitted
  * like an arrival (a free slot here and on each of its further limits, in this one decision, or
- * the back of the line), so a retry can never put a key over its limit. The state holds no dead
- * job: one it still holds is not dead, and is refused (two operators retrying at once: the second
- * finds the first's retry). That the job is dead is the command layer's check, from the ledger.
+ * the back of the line), so a retry can never put a key over its limit. Whether the job is dead is
+ * the state's answer (KeyState.dead): a retry and a discard of one dead job exclude each other, and
+ * a job retried (and perhaps completed since) is not retried again. Deciding it from the job's
+ * events read before the append let both land: a discarded job ran (issue 21, item 5).
  */
 export const retryJob = (c: CommandOf<'RetryJob'>, d: Decision): Outcome => {
-  const refusal = notDead(d.job(c.jobId));
+  const refusal = notDead(c.jobId, d);
   if (refusal !== undefined) return refuse(refusal);
   const { limits: recorded, ...job } = c.job;
   // An arrival like an enqueue: under its queue's cap as the ledger holds it now (invariant 10).
@@ -22,17 +23,18 @@ export const retryJob = (c: CommandOf<'RetryJob'>, d: Decision): Outcome => {
   return accept(d);
 };
 
-/** Drops a dead job from the failed list: nothing of the key's state changes (it holds no dead job). */
+/** Drops a dead job from the failed list for good: it leaves the key's dead jobs, and can be neither retried nor discarded again. */
 export const discardDead = (c: CommandOf<'DiscardDead'>, d: Decision): Outcome => {
-  const refusal = notDead(d.job(c.jobId));
+  const refusal = notDead(c.jobId, d);
   if (refusal !== undefined) return refuse(refusal);
   d.emit('DeadDiscarded', { jobId: c.jobId, by: c.by });
   return accept(d);
 };
 
-/** The refusal for a job the state holds: it waits or runs, here or (a guest) at its home. */
-const notDead = (job: JobEntry | undefined): DomainError | undefined => {
-  if (job === undefined) return undefined;
-  if (job.home !== undefined) return { tag: 'HeldElsewhere', jobId: job.jobId, home: job.home };
-  return { tag: 'NotDead', jobId: job.jobId, status: job.lease?.workerId != null ? 'running' : job.status };
+/** The refusal for a job that is not among the key's dead: it waits or runs (here, or as a guest at its home), or it is no longer dead. */
+const notDead = (jobId: string, d: Decision): DomainError | undefined => {
+  if (isDead(d.state, jobId)) return undefined;
+  const job = d.job(jobId);
+  if (job?.home !== undefined) return { tag: 'HeldElsewhere', jobId, home: job.home };
+  return { tag: 'NotDead', jobId, status: job === undefined ? 'not dead (retried, discarded or never dead)' : job.lease?.workerId != null ? 'running' : job.status };
 };
