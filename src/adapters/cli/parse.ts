@@ -4,13 +4,14 @@ import { UsageError } from './errors.js';
 // Flag values as the CLI's user types them; each error names the flag. Light on purpose (commands
 // register these parsers): a value checked by a domain codec is checked in the action.
 
-/** "30s", "5m", "1500" (ms) -> milliseconds. */
-export const duration = (flag: string) => (value: string): number => {
+/** "30s", "5m", "1500" (ms) -> milliseconds, at most `maxMs`. */
+export const duration = (flag: string, maxMs = Number.POSITIVE_INFINITY) => (value: string): number => {
   // ms throws on an empty string instead of answering undefined.
   const parsed = value === '' ? undefined : /^\d+$/.test(value) ? Number(value) : ms(value as ms.StringValue);
   if (typeof parsed !== 'number' || !Number.isFinite(parsed) || parsed < 0) {
     throw new UsageError(`${flag}: "${value}" is not a duration (examples: 1500, 30s, 5m, 2h)`);
   }
+  if (parsed > maxMs) throw new UsageError(`${flag}: "${value}" is longer than ${ms(maxMs)}`);
   return Math.round(parsed);
 };
 
