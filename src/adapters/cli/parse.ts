@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import ms from 'ms';
 import { UsageError } from './errors.js';
 
@@ -66,4 +67,13 @@ export const queueCap = (flag: string) => (value: string): readonly [string, num
 export const queueCaps = (flags: readonly (readonly [string, number])[] | undefined, env = process.env.JOBLEDGER_QUEUES): Record<string, { maxConcurrent: number }> | undefined => {
   const pairs = flags !== undefined && flags.length > 0 ? flags : env === undefined || env.trim() === '' ? [] : env.split(',').map(queueCap('JOBLEDGER_QUEUES'));
   return pairs.length === 0 ? undefined : Object.fromEntries(pairs.map(([queue, maxConcurrent]) => [queue, { maxConcurrent }]));
+};
+
+/** A host name (jobs.example.com) or an IP address (10.0.0.5, ::1, [::1]), without a port. */
+export const hostName = (flag: string) => (value: string): string => {
+  const bare = value.replace(/^\[(.*)\]$/, '$1');
+  if (isIP(bare) === 0 && !/^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/.test(value)) {
+    throw new UsageError(`${flag}: "${value}" is not a host name or an IP address (examples: jobs.example.com, 10.0.0.5, ::1)`);
+  }
+  return bare;
 };
