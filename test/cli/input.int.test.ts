@@ -80,6 +80,12 @@ describe('bad input exits 2 with one line naming the flag, and writes nothing', 
     expect(result.stderr).toBe('error: --delay: "5\\nm\\u0000" is not a duration (examples: 1500, 30s, 5m, 2h)\n');
   });
 
+  it('regression (issue 21: a crafted cursor failed in PostgreSQL, exit 1): jobs --cursor of [1e300,"x"] exits 2 naming --cursor', async () => {
+    const result = await jobledger('jobs', '--cursor', Buffer.from('[1e300,"x"]').toString('base64url'));
+    expect(result.code, result.stderr).toBe(2);
+    expect(result.stderr).toBe('error: --cursor: is not a cursor this listing returned\n');
+  });
+
   it('state of a key with U+FFFD is not the key with a lone surrogate there', async () => {
     expect((await jobledger('enqueue', 'x', '--key', 'tenant\ufffd', '--limit', '3')).code).toBe(0);
     const state = await jobledger('state', '--key', 'tenant\ufffd', '--json');

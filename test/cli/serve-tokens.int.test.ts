@@ -36,4 +36,27 @@ describe('jobledger serve: token variables', () => {
     expect(stderr.startsWith(line)).toBe(true);
     expect(stderr.trimEnd().split('\n')).toHaveLength(1);
   });
+
+  it.each([[['--host', '0.0.0.0']], [['--host', '192.0.2.2', '--public-reads']], [['--host', '::', '--allowed-host', 'jobs.example.com']]])(
+    'regression (issue 21: off loopback reads were open): %j with no token set refuses to start, exit 2, saying what to set and what --public-reads does',
+    async (flags) => {
+      for (const v of VARIABLES) delete process.env[v];
+      const { code, stdout, stderr } = await runCliInProcess(NO_DATABASE, ['serve', '--port', '0', ...flags]);
+      expect(code).toBe(2);
+      expect(stdout).toBe('');
+      expect(stderr).toMatch(/^error: --host: \S+ is not a loopback address; set JOBLEDGER_TOKEN \(or JOBLEDGER_TOKENS \/ JOBLEDGER_TOKENS_FILE\) to serve on it: .*reads too, unless you also pass --public-reads\n$/);
+    },
+  );
+
+  it.each([
+    [['--host', 'a/b'], '--host: "a/b" is not a host name or an IP address'],
+    [['--host', '10.0.0.1:7070'], '--host: "10.0.0.1:7070" is not a host name or an IP address'],
+    [['--allowed-host', 'http://jobs.example.com'], '--allowed-host: "http://jobs.example.com" is not a host name or an IP address'],
+    [['--allowed-host', ''], '--allowed-host: "" is not a host name or an IP address'],
+  ])('%j is refused at once naming the flag, exit 2', async (flags, line) => {
+    process.env.JOBLEDGER_TOKEN = 't';
+    const { code, stderr } = await runCliInProcess(NO_DATABASE, ['serve', '--port', '0', ...flags]);
+    expect(code).toBe(2);
+    expect(stderr.startsWith(`error: ${line}`)).toBe(true);
+  });
 });

@@ -1,8 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { get as httpGet } from 'node:http';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { CLI } from '../support/cli.js';
+import { reachableAddress } from '../http/support.js';
 
 // `jobledger serve` as a subprocess (the built CLI): binding, the token, and a clean stop.
 
@@ -70,6 +72,16 @@ const serve = async (args: string[], env: Record<string, string | undefined> = {
 const post = (url: string, body: unknown, token?: string) =>
   fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: JSON.stringify(body) });
 
+/** The status of GET / (no token needed) under another Host header, which fetch does not let a caller set. */
+const statusUnderHost = (origin: string, host: string): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const req = httpGet(`${origin}/`, { headers: { host } }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.on('error', reject);
+  });
+
 const tables = async () => (await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public'`)).rows[0]!.n;
 
 describe('jobledger serve', () => {
@@ -114,6 +126,27 @@ describe('jobledger serve', () => {
     expect(s.stderr()).not.toContain('chosen-token');
     expect((await post(`${s.url}/api/keys/limit`, { key: 'serve/key', limit: 3 }, 'chosen-token')).status).toBe(200);
     expect(await s.stop('SIGINT')).toBe(0);
+  });
+
+  it('regression (issue 21: off loopback, reads were open and the Host unchecked): --host 0.0.0.0 with a token: reads need it (/metrics as a Bearer token), the page does not, another Host is refused; --public-reads opens the reads alone', async () => {
+    const origin = (url: string) => `http://${reachableAddress()}:${new URL(url).port}`;
+    const closed = await serve(['--host', '0.0.0.0', '--allowed-host', 'jobs.example.com'], { JOBLEDGER_TOKEN: 'chosen-token' });
+    const at = origin(closed.url);
+    const bearer = { authorization: 'Bearer chosen-token' };
+    expect((await fetch(`${at}/api/keys`)).status).toBe(401);
+    expect((await fetch(`${at}/metrics`)).status).toBe(401);
+    expect((await fetch(`${at}/metrics`, { headers: bearer })).status).toBe(200);
+    expect((await fetch(`${at}/api/jobs`, { headers: bearer })).status).toBe(200);
+    expect((await fetch(`${at}/`)).status).toBe(200);
+    expect(await statusUnderHost(at, 'attacker.example')).toBe(403);
+    expect(await statusUnderHost(at, 'jobs.example.com')).toBe(200);
+    expect(await closed.stop()).toBe(0);
+
+    const open = await serve(['--host', '0.0.0.0', '--public-reads'], { JOBLEDGER_TOKEN: 'chosen-token' });
+    expect((await fetch(`${origin(open.url)}/api/keys`)).status).toBe(200);
+    expect((await post(`${origin(open.url)}/api/keys/limit`, { key: 'serve/key', limit: 3 })).status).toBe(401);
+    expect(await statusUnderHost(origin(open.url), 'attacker.example')).toBe(403);
+    expect(await open.stop()).toBe(0);
   });
 
   it('--async-projections on a database projected inline is refused (both would apply every event twice)', async () => {

@@ -1,6 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { describe, expect, it } from 'vitest';
-import { isLoopback, operatorName, requireLoopbackHost, requireToken, resolveTokens } from '../../src/adapters/http/auth.js';
+import { accessPolicy, isLoopback, operatorName, requireKnownHost, requireToken, resolveTokens, type TokenRule } from '../../src/adapters/http/auth.js';
 import { ValidationError } from '../../src/domain/values.js';
 
 describe('isLoopback', () => {
@@ -74,7 +74,7 @@ describe('resolveTokens', () => {
 });
 
 describe('requireToken', () => {
-  const call = async (method: string, authorization?: string) => {
+  const call = async (method: string, authorization?: string, rule?: TokenRule, url = '/api/keys') => {
     const sent: { code?: number; body?: unknown } = {};
     const reply = {
       code(c: number) {
@@ -89,11 +89,14 @@ describe('requireToken', () => {
         return this;
       },
     } as unknown as FastifyReply;
-    const request = { method, headers: authorization === undefined ? {} : { authorization } } as FastifyRequest;
-    await requireToken([
-      { token: 'right', name: null },
-      { token: 'alices', name: 'alice' },
-    ])(request, reply);
+    const request = { method, headers: authorization === undefined ? {} : { authorization }, routeOptions: { url } } as FastifyRequest;
+    await requireToken(
+      [
+        { token: 'right', name: null },
+        { token: 'alices', name: 'alice' },
+      ],
+      rule,
+    )(request, reply);
     return { code: sent.code, operator: operatorName(request) };
   };
 
@@ -112,14 +115,27 @@ describe('requireToken', () => {
     expect(await code('DELETE', 'Bearer nope')).toBe(401);
   });
 
+  it("regression (issue 21: reads off loopback needed no token): with readsToo, a read needs one too, but for the page's own files", async () => {
+    const rule = { readsToo: true, openFiles: ['/', '/app.js'] };
+    const code = async (method: string, url: string, authorization?: string) => (await call(method, authorization, rule, url)).code;
+    expect(await code('GET', '/api/jobs/explain')).toBe(401);
+    expect(await code('HEAD', '/metrics')).toBe(401);
+    expect(await code('GET', '/metrics', 'Bearer wrong')).toBe(401);
+    expect(await code('GET', '/metrics', 'Bearer right')).toBeUndefined();
+    expect(await code('GET', '/api/jobs/history', 'Bearer alices')).toBeUndefined();
+    expect(await code('GET', '/')).toBeUndefined();
+    expect(await code('HEAD', '/app.js')).toBeUndefined();
+    expect(await code('POST', '/')).toBe(401);
+  });
+
   it("remembers the operator of a named token for the request; the shared token names nobody", async () => {
     expect(await call('POST', 'Bearer alices')).toEqual({ code: undefined, operator: 'alice' });
     expect(await call('POST', 'Bearer right')).toEqual({ code: undefined, operator: null });
   });
 });
 
-describe('requireLoopbackHost', () => {
-  const call = async (host: string | undefined) => {
+describe('requireKnownHost', () => {
+  const call = async (bind: string, host: string | undefined) => {
     let code: number | undefined;
     const reply = {
       code(c: number) {
@@ -130,12 +146,58 @@ describe('requireLoopbackHost', () => {
         return this;
       },
     } as unknown as FastifyReply;
-    await requireLoopbackHost({ headers: host === undefined ? {} : { host } } as FastifyRequest, reply);
+    await requireKnownHost(accessPolicy({ bind }))({ headers: host === undefined ? {} : { host } } as FastifyRequest, reply);
     return code;
   };
 
-  it('passes loopback names with or without a port; refuses any other name, or none', async () => {
-    for (const host of ['127.0.0.1:7070', 'localhost', 'localhost:1', '[::1]:7070', '127.9.9.9']) expect(await call(host)).toBeUndefined();
-    for (const host of ['attacker.example', 'attacker.example:7070', '10.0.0.1:7070', 'localhost.attacker.example', '', undefined]) expect(await call(host)).toBe(403);
+  it('bound to loopback: passes loopback names with or without a port; refuses any other name, or none', async () => {
+    for (const host of ['127.0.0.1:7070', 'localhost', 'localhost:1', '[::1]:7070', '127.9.9.9']) expect(await call('127.0.0.1', host)).toBeUndefined();
+    for (const host of ['attacker.example', 'attacker.example:7070', '10.0.0.1:7070', 'localhost.attacker.example', '', undefined]) expect(await call('127.0.0.1', host)).toBe(403);
+  });
+
+  it('regression (issue 21: off loopback the Host check was off): bound to 10.0.0.5, a request naming another host is refused 403', async () => {
+    expect(await call('10.0.0.5', '10.0.0.5:7070')).toBeUndefined();
+    for (const host of ['attacker.example', 'attacker.example:7070', '10.0.0.6', '', undefined]) expect(await call('10.0.0.5', host)).toBe(403);
+  });
+});
+
+describe('accessPolicy', () => {
+  const machine = () => ['127.0.0.1', '::1', '192.0.2.2', 'fd00::2'];
+
+  it('on loopback, as before: reads need no token, only loopback names are served (and the hosts allowed)', () => {
+    for (const bind of ['127.0.0.1', 'localhost', '::1']) {
+      const policy = accessPolicy({ bind, interfaces: machine });
+      expect(policy.readsNeedToken).toBe(false);
+      expect(['localhost:7070', '127.0.0.1', '[::1]:7070'].map(policy.answersTo)).toEqual([true, true, true]);
+      expect(['192.0.2.2:7070', 'attacker.example'].map(policy.answersTo)).toEqual([false, false]);
+    }
+    expect(accessPolicy({ bind: '127.0.0.1', allowedHosts: ['jobs.example.com'] }).answersTo('JOBS.example.com:443')).toBe(true);
+  });
+
+  it('regression (issue 21: off loopback reads needed no token): bound off loopback, reads need a token unless --public-reads', () => {
+    expect(accessPolicy({ bind: '192.0.2.2' }).readsNeedToken).toBe(true);
+    expect(accessPolicy({ bind: '0.0.0.0' }).readsNeedToken).toBe(true);
+    expect(accessPolicy({ bind: 'jobs.internal' }).readsNeedToken).toBe(true);
+    expect(accessPolicy({ bind: '192.0.2.2', publicReads: true }).readsNeedToken).toBe(false);
+  });
+
+  it('bound to an address: serves that address, loopback names and the hosts allowed; nothing else', () => {
+    const policy = accessPolicy({ bind: '192.0.2.2', allowedHosts: ['jobs.example.com', '[fd00::9]'], interfaces: machine });
+    expect(['192.0.2.2:7070', 'localhost', 'jobs.example.com', 'Jobs.Example.Com:8443', '[fd00::9]:7070'].map(policy.answersTo)).toEqual([true, true, true, true, true]);
+    expect(['fd00::2', '[fd00::2]:7070', 'attacker.example', 'jobs.example.com.attacker.example', '192.0.2.22', '', undefined].map(policy.answersTo)).toEqual(Array(7).fill(false));
+  });
+
+  it('bound to 0.0.0.0 or ::: serves each of the machine\'s addresses', () => {
+    for (const bind of ['0.0.0.0', '::']) {
+      const policy = accessPolicy({ bind, interfaces: machine });
+      expect(['192.0.2.2:7070', '[fd00::2]:7070', '127.0.0.1'].map(policy.answersTo)).toEqual([true, true, true]);
+      expect(['0.0.0.0:7070', '192.0.2.3', 'attacker.example'].map(policy.answersTo)).toEqual([false, false, false]);
+    }
+  });
+
+  it('bound to a DNS name: serves that name', () => {
+    const policy = accessPolicy({ bind: 'jobs.internal', interfaces: machine });
+    expect(policy.answersTo('jobs.internal:7070')).toBe(true);
+    expect(policy.answersTo('192.0.2.2')).toBe(false);
   });
 });

@@ -190,3 +190,62 @@ describe('fuzzed HTTP requests', () => {
     expect(await s.eventCount()).toBeGreaterThan(0);
   }, 300_000);
 });
+
+// GET /api/jobs?cursor: a cursor is the server's own (base64url JSON of [enqueuedAt, jobId]); any
+// other is a 400 naming `cursor`, never a 500 (issue 21: [1e300,"x"] failed in to_timestamp).
+
+const CURSOR_SEED = 20_261_221;
+const CURSOR_RUNS = 600;
+
+const base64url = (text: string | Uint8Array) => Buffer.from(text).toString('base64url');
+
+/** Numbers of every kind a time could be crafted as; JSON text, since NaN and 1e400 are no JSON values. */
+const craftedNumber = fc.oneof(
+  fc.constantFrom('1e300', '-1e300', '1e400', '-1e400', 'NaN', 'Infinity', '-0', '0.5', '-1', '9007199254740993', '8640000000000001', '-210866803200001', '"1"', 'null', 'true', '[]', '{}'),
+  fc.double().map((d) => JSON.stringify(d) ?? 'null'),
+  fc.integer().map(String),
+  fc.bigInt({ min: -(2n ** 80n), max: 2n ** 80n }).map(String),
+);
+
+const craftedId = fc.oneof(
+  fc.constantFrom('"x"', '""', '" "', '"\\u0000"', '"\\ud800"', '1', 'null', '["x"]', `"${'k'.repeat(201)}"`),
+  fc.string({ maxLength: 8 }).map((s) => JSON.stringify(s)),
+);
+
+/** Arrays nested `depth` deep around a position. */
+const nestedArrays = fc.tuple(fc.integer({ min: 1, max: 2_000 }), craftedNumber).map(([depth, n]) => `${'['.repeat(depth)}${n},"x"${']'.repeat(depth)}`);
+
+const craftedJson = fc.oneof(
+  { weight: 4, arbitrary: fc.tuple(craftedNumber, craftedId).map(([n, id]) => `[${n},${id}]`) },
+  fc.tuple(craftedNumber, craftedId, craftedNumber).map(([n, id, extra]) => `[${n},${id},${extra}]`),
+  fc.constantFrom('[]', '[1]', '["x",1]', '{"0":1,"1":"x"}', '{"x":1}', 'null', '"x"', '1', '[1,"x"', ''),
+  nestedArrays,
+  fc.jsonValue({ maxDepth: 3 }).map((v) => JSON.stringify(v)),
+);
+
+const craftedCursor = fc.oneof(
+  { weight: 4, arbitrary: craftedJson.map(base64url) },
+  fc.uint8Array({ maxLength: 64 }).map(base64url),
+  fc.string({ unit: 'binary', maxLength: 24 }),
+  craftedJson.map((json) => Buffer.from(json).toString('base64')),
+  craftedJson,
+);
+
+describe('fuzzed cursors', () => {
+  it(`${CURSOR_RUNS} cursors (seed ${CURSOR_SEED}): each is the server's own (200) or a 400 naming cursor; never a 5xx, nothing written`, async () => {
+    const before = await s.eventCount();
+    const statuses = new Map<number, number>();
+    await fc.assert(
+      fc.asyncProperty(craftedCursor, async (cursor) => {
+        const response = await fetch(`${s.url}/api/jobs?${new URLSearchParams({ cursor })}`);
+        const body = (await response.json()) as { field?: unknown };
+        statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1);
+        if (response.status !== 200) expect({ status: response.status, body }).toEqual({ status: 400, body: expect.objectContaining({ field: 'cursor' }) });
+      }),
+      { seed: CURSOR_SEED, numRuns: CURSOR_RUNS },
+    );
+    console.log(`statuses of ${CURSOR_RUNS} fuzzed cursors:`, Object.fromEntries(statuses));
+    expect(statuses.get(400) ?? 0).toBeGreaterThan(CURSOR_RUNS / 2);
+    expect(await s.eventCount()).toBe(before);
+  });
+});

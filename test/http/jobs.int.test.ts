@@ -83,6 +83,22 @@ describe('GET /api/jobs', () => {
   ])('bad query %j: 400 naming %s', async (query, field) => {
     await s.refused(() => s.get('/api/jobs', query), 400, field);
   });
+
+  const cursorOf = (position: unknown) => Buffer.from(JSON.stringify(position)).toString('base64url');
+
+  it.each([
+    ['[1e300,"x"]', [1e300, 'x']],
+    ['a time before PostgreSQL\'s first', [-1e15, 'x']],
+    ['a fraction of a ms', [1.5, 'x']],
+  ])('regression (issue 21: a crafted cursor was a 500 from to_timestamp): %s is a 400 naming cursor', async (_what, position) => {
+    await s.refused(() => s.get('/api/jobs', { cursor: cursorOf(position) }), 400, 'cursor');
+  });
+
+  it("regression (issue 21): a cursor the server made, with a character base64url skips added, is not the server's: 400", async () => {
+    const { nextCursor } = (await s.get('/api/jobs', { limit: '1' })).body as { nextCursor: string };
+    expect((await s.get('/api/jobs', { limit: '1', cursor: nextCursor })).status).toBe(200);
+    await s.refused(() => s.get('/api/jobs', { limit: '1', cursor: `${nextCursor}!` }), 400, 'cursor');
+  });
 });
 
 describe('POST /api/jobs/cancel', () => {

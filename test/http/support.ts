@@ -1,11 +1,13 @@
 import { existsSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import type { FastifyInstance } from 'fastify';
 import * as E from 'fp-ts/lib/Either.js';
 import type { Browser, Page } from 'playwright-core';
 import { expect } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import type { AccessToken } from '../../src/adapters/http/auth.js';
-import { createHttpServer } from '../../src/adapters/http/server.js';
+import { createHttpServer, type HttpServerOptions } from '../../src/adapters/http/server.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { keyStream } from '../../src/domain/streams.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
@@ -34,11 +36,18 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-export const startTestServer = async (options: { bodyLimit?: number; inlineProjections?: boolean; loopbackOnly?: boolean; tokens?: readonly AccessToken[] } = {}): Promise<TestServer> => {
+/** How the test server is bound: `host` (default 127.0.0.1) and the access options that go with it (see createHttpServer). */
+export type TestServerAccess = Pick<HttpServerOptions, 'host' | 'publicReads' | 'allowedHosts'>;
+
+export const startTestServer = async (options: { bodyLimit?: number; inlineProjections?: boolean; tokens?: readonly AccessToken[] } & TestServerAccess = {}): Promise<TestServer> => {
   const db = await createMigratedDatabase(10, { pipeline: true });
   const ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger, ...(options.inlineProjections === false ? { inlineProjections: false } : {}) });
-  const app = await createHttpServer({ ledger, token: TOKEN, loopbackOnly: options.loopbackOnly ?? true, ...(options.bodyLimit ? { bodyLimit: options.bodyLimit } : {}), ...(options.tokens ? { tokens: options.tokens } : {}) });
-  const url = await app.listen({ port: 0, host: '127.0.0.1' });
+  const { bodyLimit, tokens, host = '127.0.0.1', publicReads, allowedHosts } = options;
+  const app = await createHttpServer({ ledger, token: TOKEN, host, ...(publicReads ? { publicReads } : {}), ...(allowedHosts ? { allowedHosts } : {}), ...(bodyLimit ? { bodyLimit } : {}), ...(tokens ? { tokens } : {}) });
+  await app.listen({ port: 0, host });
+  const { port } = app.server.address() as AddressInfo;
+  // A wildcard bind is reached at one of the machine's addresses (the Host check answers to them).
+  const url = `http://${host === '0.0.0.0' ? reachableAddress() : host}:${port}`;
   const eventCount = async () => (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n;
   const json = async (response: Response) => ({ status: response.status, body: await response.json() });
   return {
@@ -84,6 +93,12 @@ export const startTestServer = async (options: { bodyLimit?: number; inlineProje
     },
   };
 };
+
+/** This machine's first IPv4 address off loopback, else 127.0.0.1 (a machine with loopback alone). */
+export const reachableAddress = (): string =>
+  Object.values(networkInterfaces())
+    .flatMap((addresses) => addresses ?? [])
+    .find((a) => a.family === 'IPv4' && !a.internal)?.address ?? '127.0.0.1';
 
 /** Keys the API must carry as query and body parameters, never path segments. */
 export const AWKWARD_KEYS = ['tenant/acme/eu', 'with spaces and ? & = #', 'ключ:日本語:🔑', '<img src=x onerror=alert(1)>', '../..%2F'] as const;

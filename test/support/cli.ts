@@ -15,16 +15,21 @@ export interface CliResult {
   readonly code: number;
   readonly stdout: string;
   readonly stderr: string;
+  /** Killed at the `killAfterMs` given: it had not exited (absent otherwise). */
+  readonly killed?: true;
 }
 
-/** The CLI with `env` over this process's environment; a variable set to undefined is left out (e.g. DATABASE_URL, for the embedded PostgreSQL). */
-export const runCliWith = async (env: NodeJS.ProcessEnv, args: readonly string[]): Promise<CliResult> => {
+/**
+ * The CLI with `env` over this process's environment; a variable set to undefined is left out (e.g.
+ * DATABASE_URL, for the embedded PostgreSQL). `killAfterMs`: killed (SIGKILL) if still running then.
+ */
+export const runCliWith = async (env: NodeJS.ProcessEnv, args: readonly string[], killAfterMs = 0): Promise<CliResult> => {
   try {
-    const { stdout, stderr } = await exec(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, maxBuffer: 8 << 20 });
+    const { stdout, stderr } = await exec(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, maxBuffer: 8 << 20, timeout: killAfterMs, killSignal: 'SIGKILL' });
     return { code: 0, stdout, stderr };
   } catch (error) {
-    const e = error as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+    const e = error as { code: number; stdout: string; stderr: string; killed: boolean };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr, ...(e.killed ? { killed: true } : {}) };
   }
 };
 

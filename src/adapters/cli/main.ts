@@ -8,7 +8,11 @@ import { runCli } from './program.js';
 const packageJson = ['../../package.json', '../../../../package.json'].map((path) => new URL(path, import.meta.url)).find((url) => existsSync(url));
 const version = (JSON.parse(readFileSync(packageJson!, 'utf8')) as { version: string }).version;
 
-// No top-level await: the bundle is CommonJS (rolldown.config.ts).
+// No top-level await: the bundle is CommonJS (rolldown.config.ts). A command that returned is
+// done, worker and serve included (they return after their shutdown): the process exits then,
+// once stdout and stderr are flushed, so that nothing an error path left open (a pool's idle
+// connection, a heartbeat timer) keeps a refused command running (issue 21).
 void runCli(createContext(), version, process.argv).then((code) => {
   process.exitCode = code;
+  process.stdout.write('', () => process.stderr.write('', () => process.exit()));
 });

@@ -1,16 +1,18 @@
+import { isIP } from 'node:net';
 import ms from 'ms';
 import { UsageError } from './errors.js';
 
 // Flag values as the CLI's user types them; each error names the flag. Light on purpose (commands
 // register these parsers): a value checked by a domain codec is checked in the action.
 
-/** "30s", "5m", "1500" (ms) -> milliseconds. */
-export const duration = (flag: string) => (value: string): number => {
+/** "30s", "5m", "1500" (ms) -> milliseconds, at most `maxMs`. */
+export const duration = (flag: string, maxMs = Number.POSITIVE_INFINITY) => (value: string): number => {
   // ms throws on an empty string instead of answering undefined.
   const parsed = value === '' ? undefined : /^\d+$/.test(value) ? Number(value) : ms(value as ms.StringValue);
   if (typeof parsed !== 'number' || !Number.isFinite(parsed) || parsed < 0) {
     throw new UsageError(`${flag}: "${value}" is not a duration (examples: 1500, 30s, 5m, 2h)`);
   }
+  if (parsed > maxMs) throw new UsageError(`${flag}: "${value}" is longer than ${ms(maxMs)}`);
   return Math.round(parsed);
 };
 
@@ -65,4 +67,13 @@ export const queueCap = (flag: string) => (value: string): readonly [string, num
 export const queueCaps = (flags: readonly (readonly [string, number])[] | undefined, env = process.env.JOBLEDGER_QUEUES): Record<string, { maxConcurrent: number }> | undefined => {
   const pairs = flags !== undefined && flags.length > 0 ? flags : env === undefined || env.trim() === '' ? [] : env.split(',').map(queueCap('JOBLEDGER_QUEUES'));
   return pairs.length === 0 ? undefined : Object.fromEntries(pairs.map(([queue, maxConcurrent]) => [queue, { maxConcurrent }]));
+};
+
+/** A host name (jobs.example.com) or an IP address (10.0.0.5, ::1, [::1]), without a port. */
+export const hostName = (flag: string) => (value: string): string => {
+  const bare = value.replace(/^\[(.*)\]$/, '$1');
+  if (isIP(bare) === 0 && !/^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/.test(value)) {
+    throw new UsageError(`${flag}: "${value}" is not a host name or an IP address (examples: jobs.example.com, 10.0.0.5, ::1)`);
+  }
+  return bare;
 };

@@ -1,11 +1,20 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ValidationError } from '../../domain/values.js';
 
-// Every mutating route needs `Authorization: Bearer <token>`. Reads (the page, the JSON reads,
-// /metrics) do not: they change nothing, and the default bind is loopback only.
+// Every mutating route needs `Authorization: Bearer <token>`. Reads (the JSON reads, /metrics)
+// need one too when the server is bound off loopback, unless its operator made them public
+// (serve --public-reads): they show job args, errors and who did what (issue 21). On loopback, the
+// default, they need none. The page's own files (HTML, scripts, styles) never need one: they hold
+// no data, and a browser opening the page cannot send a bearer token; the page sends it with
+// every read.
+//
+// Every request's Host must be a name the server answers to (accessPolicy), against DNS
+// rebinding: a page elsewhere whose DNS name is rebound to this server's address would otherwise
+// read the API through the operator's own browser.
 //
 // Tokens come from the environment: named ones (JOBLEDGER_TOKENS="alice:<token>,bob:<token>", or
 // JOBLEDGER_TOKENS_FILE, one name:token a line) record each action under the operator's name,
@@ -96,18 +105,28 @@ const operators = new WeakMap<FastifyRequest, string>();
 /** The name of the named token the request carried; null for the shared token, and for reads. */
 export const operatorName = (request: FastifyRequest): string | null => operators.get(request) ?? null;
 
+/** Which requests need a token, besides every one but GET/HEAD/OPTIONS. */
+export interface TokenRule {
+  /** Reads need one too (bound off loopback, reads not made public). */
+  readonly readsToo: boolean;
+  /** Route paths anyone may read even so: the page's own files, which show no data. */
+  readonly openFiles: readonly string[];
+}
+
 /**
- * A Fastify onRequest hook refusing (401) any request but GET/HEAD/OPTIONS without one of the
- * tokens, and remembering the operator a named one stands for. It runs before the body is read,
- * so an unauthenticated request costs no parsing. Digests are compared in constant time, and with
- * every token whatever matched: the comparison MUST NOT leak how much of a guess was right, nor
- * which token it was close to.
+ * A Fastify onRequest hook refusing (401) a request `rule` says needs a token when it carries none
+ * of the tokens, and remembering the operator a named one stands for. It runs before the body is
+ * read, so an unauthenticated request costs no parsing. Digests are compared in constant time, and
+ * with every token whatever matched: the comparison MUST NOT leak how much of a guess was right,
+ * nor which token it was close to.
  */
-export const requireToken = (tokens: readonly AccessToken[]) => {
+export const requireToken = (tokens: readonly AccessToken[], rule: TokenRule = { readsToo: false, openFiles: [] }) => {
   if (tokens.length === 0) throw new TypeError('tokens: at least one is required');
   const expected = tokens.map((t) => ({ digest: digest(t.token), name: t.name }));
+  const openFiles = new Set(rule.openFiles);
   return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
-    if (request.method === 'GET' || request.method === 'HEAD' || request.method === 'OPTIONS') return;
+    const read = request.method === 'GET' || request.method === 'HEAD' || request.method === 'OPTIONS';
+    if (read && (!rule.readsToo || openFiles.has(request.routeOptions.url ?? ''))) return;
     const match = /^Bearer (.+)$/.exec(request.headers.authorization ?? '');
     if (match) {
       const given = digest(match[1]!);
@@ -125,13 +144,70 @@ export const requireToken = (tokens: readonly AccessToken[]) => {
   };
 };
 
+/** 0.0.0.0 and ::: every address of the machine. */
+const isWildcard = (host: string): boolean => ['0.0.0.0', '::', '0:0:0:0:0:0:0:0'].includes(host);
+
+/** A host as the Host check compares it: lowercase, an IPv6 address without its brackets. */
+const normalHost = (host: string): string => host.replace(/^\[|\]$/g, '').toLowerCase();
+
+/** The name a Host header gives, without its port (an IPv6 address is bracketed: "[::1]:7070"). */
+const hostOfHeader = (header: string): string => normalHost(header.startsWith('[') ? header.slice(0, header.indexOf(']') + 1) : header.replace(/:\d*$/, ''));
+
+/** The machine's own addresses, which a server bound to 0.0.0.0 or :: is reached at. */
+const ownAddresses = (): string[] => Object.values(networkInterfaces()).flatMap((addresses) => (addresses ?? []).map((a) => a.address));
+
+export interface AccessOptions {
+  /** The address the server is bound to (serve --host). */
+  readonly bind: string;
+  /** Off loopback, serve reads without a token (serve --public-reads). */
+  readonly publicReads?: boolean;
+  /** Further names the Host header may give (serve --allowed-host): a proxy's, a DNS name of the machine. */
+  readonly allowedHosts?: readonly string[];
+  /** The machine's addresses, for a wildcard bind (default: os.networkInterfaces()). */
+  readonly interfaces?: () => readonly string[];
+}
+
+/** Who may read, and which Host names the server answers to, from where it is bound. */
+export interface AccessPolicy {
+  readonly loopback: boolean;
+  /** Reads need a token: bound off loopback, unless reads were made public. */
+  readonly readsNeedToken: boolean;
+  /** Whether a request's Host header names this server: a loopback name, the bound address (each of the machine's for 0.0.0.0 or ::), or an allowed host. */
+  answersTo(hostHeader: string | undefined): boolean;
+}
+
 /**
- * For a server bound to loopback: refuses (403) a request whose Host is not a loopback name. A web
- * page elsewhere whose DNS name is rebound to 127.0.0.1 would otherwise read the JSON API (the
- * reads need no token) through the operator's own browser.
+ * The access policy of a server bound to `bind`. Loopback names always pass the Host check: a
+ * rebound DNS name is never one, and the machine's own clients use them.
  */
-export const requireLoopbackHost = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
-  const host = (request.headers.host ?? '').replace(/:\d+$/, '');
-  if (isLoopback(host)) return;
-  await reply.code(403).send({ error: `Host ${JSON.stringify(request.headers.host ?? '')} is not this machine; open the dashboard at http://127.0.0.1 or http://localhost` });
+export const accessPolicy = ({ bind, publicReads = false, allowedHosts = [], interfaces = ownAddresses }: AccessOptions): AccessPolicy => {
+  const loopback = isLoopback(bind);
+  const bound = normalHost(bind);
+  const names = new Set([...(loopback ? [] : isWildcard(bound) ? interfaces() : [bound]), ...allowedHosts].map(normalHost));
+  return {
+    loopback,
+    readsNeedToken: !loopback && !publicReads,
+    answersTo: (header) => {
+      if (header === undefined || header === '') return false;
+      const host = hostOfHeader(header);
+      return isLoopback(host) || names.has(host);
+    },
+  };
 };
+
+/**
+ * A Fastify onRequest hook refusing (403) a request whose Host is not a name `policy` answers to.
+ * 403, as the loopback check always answered: the server understood the request and will not
+ * serve it under that name.
+ */
+export const requireKnownHost =
+  (policy: AccessPolicy) =>
+  async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    if (policy.answersTo(request.headers.host)) return;
+    const host = JSON.stringify(request.headers.host ?? '');
+    await reply.code(403).send({
+      error: policy.loopback
+        ? `Host ${host} is not this machine; open the dashboard at http://127.0.0.1 or http://localhost`
+        : `Host ${host} is not a name this server answers to; its operator may add it (jobledger serve --allowed-host)`,
+    });
+  };

@@ -4,12 +4,12 @@ import { silentLogger, type Logger } from '../../domain/ports/logger.js';
 import { EventDecodeError } from '../../domain/recorded.js';
 import { MAX_ARGS_BYTES, ValidationError } from '../../domain/values.js';
 import type { Ledger } from '../ledger.js';
-import { operatorName, requireLoopbackHost, requireToken, type AccessToken } from './auth.js';
+import { accessPolicy, operatorName, requireKnownHost, requireToken, type AccessToken } from './auth.js';
 import { registerMetrics } from './metrics.js';
 import { registerAuditRoutes } from './routes/audit.js';
 import { registerJobRoutes } from './routes/jobs.js';
 import { registerKeyRoutes } from './routes/keys.js';
-import { registerPage } from './routes/page.js';
+import { PAGE_FILES, registerPage } from './routes/page.js';
 import { registerWorkerRoutes } from './routes/workers.js';
 
 export interface HttpServerOptions {
@@ -18,8 +18,17 @@ export interface HttpServerOptions {
   readonly token?: string;
   /** Further tokens, each of one operator (JOBLEDGER_TOKENS, see resolveTokens); every mutating route requires one of these or `token`. */
   readonly tokens?: readonly AccessToken[];
-  /** Serving on loopback only: refuse requests that name another host (DNS rebinding). */
-  readonly loopbackOnly?: boolean;
+  /**
+   * The address the server will listen on (default 127.0.0.1; pass the same to listen()). Off
+   * loopback, reads need a token too unless `publicReads`; a request is served only under a Host
+   * naming this server: a loopback name, this address (or the machine's, for 0.0.0.0 and ::), or
+   * one of `allowedHosts` (see accessPolicy).
+   */
+  readonly host?: string;
+  /** Off loopback, serve reads without a token. */
+  readonly publicReads?: boolean;
+  /** Further names a request's Host may give. */
+  readonly allowedHosts?: readonly string[];
   /** Largest request body in bytes (default: the largest job args plus room for the other fields); a larger one gets 413. */
   readonly bodyLimit?: number;
   readonly logger?: Logger;
@@ -65,8 +74,10 @@ const bodyOf = (error: unknown, status: number): ErrorBody => {
 export const createHttpServer = async (options: HttpServerOptions): Promise<FastifyInstance> => {
   const log = options.logger ?? silentLogger;
   const app = Fastify({ logger: false, bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT, return503OnClosing: true });
-  if (options.loopbackOnly) app.addHook('onRequest', requireLoopbackHost);
-  app.addHook('onRequest', requireToken([...(options.tokens ?? []), ...(options.token === undefined ? [] : [{ token: options.token, name: null }])]));
+  const policy = accessPolicy({ bind: options.host ?? '127.0.0.1', publicReads: options.publicReads ?? false, allowedHosts: options.allowedHosts ?? [] });
+  app.addHook('onRequest', requireKnownHost(policy));
+  const tokens = [...(options.tokens ?? []), ...(options.token === undefined ? [] : [{ token: options.token, name: null }])];
+  app.addHook('onRequest', requireToken(tokens, { readsToo: policy.readsNeedToken, openFiles: PAGE_FILES }));
   app.addHook('onSend', async (request, reply) => {
     reply.header('x-content-type-options', 'nosniff');
     if (request.url.startsWith('/api/')) reply.header('cache-control', 'no-store');

@@ -8,6 +8,8 @@ import { duration } from '../parse.js';
 const cutOf = (value: string, now: number): number => {
   const at = /^\d+(\.\d+)?\s*[a-z]*$/i.test(value.trim()) ? now - duration('--before')(value) : Date.parse(value);
   if (Number.isNaN(at)) throw new UsageError(`--before: "${value}" is neither an ISO-8601 time (2026-11-01T00:00:00Z) nor a duration ago (30d)`);
+  // A duration ago past the start of time is no time at all (issue 21: it failed, exit 1, at toISOString).
+  if (Number.isNaN(new Date(at).getTime())) throw new UsageError(`--before: "${value}" ago is before the earliest time there is`);
   if (at > now) throw new UsageError(`--before: ${new Date(at).toISOString()} is in the future; only jobs already finished can be archived`);
   return at;
 };

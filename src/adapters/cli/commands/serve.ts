@@ -1,11 +1,13 @@
 import type { Command } from 'commander';
 import type { CommandContext } from '../context.js';
 import { UsageError, asUsage } from '../errors.js';
-import { each, integer, queueCap, queueCaps } from '../parse.js';
+import { each, hostName, integer, queueCap, queueCaps } from '../parse.js';
 
 interface ServeFlags {
   port: number;
   host: string;
+  publicReads?: boolean;
+  allowedHost?: string[];
   asyncProjections?: boolean;
   queueCap?: (readonly [string, number])[];
 }
@@ -33,10 +35,14 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
         '  JOBLEDGER_TOKENS=alice:<token>,bob:<token>  named tokens: each action is recorded under its operator\'s name (a body\'s "by" naming anyone else is refused)\n' +
         '  JOBLEDGER_TOKENS_FILE=<path>                 the same, one name:token a line ("#" starts a comment); instead of JOBLEDGER_TOKENS\n' +
         '  JOBLEDGER_TOKEN=<token>                      one shared token, beside the named ones or alone: its actions are recorded under the body\'s "by", else "http <client address>"\n' +
-        'With none set, a token is generated and printed once to stderr (loopback only).',
+        'With none set, a token is generated and printed once to stderr (loopback only).\n' +
+        'Bound off loopback, reads (the JSON API, /metrics) need a token too, unless --public-reads; the page itself asks for it.\n' +
+        'A request is served only under a Host naming this server: a loopback name, the --host address (any of the machine\'s for 0.0.0.0 or ::), or an --allowed-host.',
     )
     .option('--port <port>', 'TCP port (0: any free port)', integer('--port'), 7070)
-    .option('--host <address>', 'address to bind; anything but loopback needs JOBLEDGER_TOKEN set', '127.0.0.1')
+    .option('--host <address>', 'address to bind; anything but loopback needs a token set (JOBLEDGER_TOKEN, JOBLEDGER_TOKENS or JOBLEDGER_TOKENS_FILE)', hostName('--host'), '127.0.0.1')
+    .option('--public-reads', 'off loopback, serve reads (the JSON API, /metrics) without a token; writes still need one')
+    .option('--allowed-host <name>', 'a further name a request\'s Host may give, e.g. a proxy\'s or the machine\'s DNS name (repeatable)', each(hostName('--allowed-host')))
     .option('--queue-cap <queue=n>', 'a queue capped at n running jobs across every process (repeatable; default: JOBLEDGER_QUEUES, e.g. "builds=3,emails=10"); recorded as the limit of the key queue:<queue>', each(queueCap('--queue-cap')))
     .option('--async-projections', 'apply the read models and dispatch from a subscription here, not in each append (writers must open the ledger with inline projections off)')
     .action(async (flags: ServeFlags) => {
@@ -52,8 +58,12 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
       const { tokens, generated } = resolveTokens(process.env);
       // A generated token is printed on this machine's stderr only; anyone who can reach a
       // non-loopback address MUST NOT be the first to act on a dashboard whose token nobody chose.
+      // Nor read one (issue 21): off loopback, reads need the token too, unless --public-reads.
       if (generated && !isLoopback(flags.host)) {
-        throw new UsageError(`--host: ${flags.host} is not a loopback address; set JOBLEDGER_TOKENS or JOBLEDGER_TOKEN to serve on it`);
+        throw new UsageError(
+          `--host: ${flags.host} is not a loopback address; set JOBLEDGER_TOKEN (or JOBLEDGER_TOKENS / JOBLEDGER_TOKENS_FILE) to serve on it: ` +
+            'every request but the page\'s own files then needs it, reads too, unless you also pass --public-reads',
+        );
       }
       const db = await openDatabase((line) => ctx.logger.debug({ embedded: line }));
       try {
@@ -69,11 +79,19 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
           ...(queues === undefined ? {} : { queues }),
         }).catch(asUsage({ queues: '--queue-cap' }));
         try {
-          ledger.start();
-          const server = await createHttpServer({ ledger, tokens, loopbackOnly: isLoopback(flags.host), logger: ctx.logger.child({ component: 'http' }) });
+          const server = await createHttpServer({
+            ledger,
+            tokens,
+            host: flags.host,
+            publicReads: flags.publicReads === true,
+            allowedHosts: flags.allowedHost ?? [],
+            logger: ctx.logger.child({ component: 'http' }),
+          });
           try {
             const signalled = untilSignalled(ctx);
             const url = await server.listen({ port: flags.port, host: flags.host });
+            // Once listening: a server that cannot bind its address stops before the sweeper writes anything.
+            ledger.start();
             if (generated) ctx.note(`JOBLEDGER_TOKEN is unset; the token for this run (mutating routes and the page's actions need it): ${tokens[0]!.token}`);
             else {
               const names = tokens.flatMap((t) => (t.name === null ? [] : [t.name]));

@@ -195,7 +195,7 @@ export const CATALOGUE = {
     'error.noToken': 'Not done: no token was given, nothing was changed.',
 
     'token.title': 'Token',
-    'token.text': 'Actions need a token: your own of {named} (the ledger records your name), the shared {env}, or the one {command} printed at start. It is kept in this tab only.',
+    'token.text': 'Actions need a token, and so does reading on a server reached from other machines: your own of {named} (the ledger records your name), the shared {env}, or the one {command} printed at start. It is kept in this tab only.',
 
     'cards.noneHeld': 'no slot is held',
     'cards.allRunning': 'all running on live workers',
@@ -562,7 +562,7 @@ export const CATALOGUE = {
     'error.noToken': 'Niet uitgevoerd: er is geen token opgegeven, er is niets gewijzigd.',
 
     'token.title': 'Token',
-    'token.text': 'Voor acties is een token nodig: je eigen token uit {named} (het grootboek legt je naam vast), het gedeelde {env}, of het token dat {command} bij het starten toonde. Het blijft alleen in dit tabblad bewaard.',
+    'token.text': 'Voor acties is een token nodig, en op een server die vanaf andere machines bereikbaar is ook om te lezen: je eigen token uit {named} (het grootboek legt je naam vast), het gedeelde {env}, of het token dat {command} bij het starten toonde. Het blijft alleen in dit tabblad bewaard.',
 
     'cards.noneHeld': 'geen plek bezet',
     'cards.allRunning': 'alle draaien op actieve workers',
@@ -955,7 +955,7 @@ export const CATALOGUE = {
     'error.noToken': 'Não foi feito: nenhum token foi informado, nada mudou.',
 
     'token.title': 'Token',
-    'token.text': 'As ações exigem um token: o seu de {named} (o registro guarda o seu nome), o compartilhado {env}, ou o que {command} mostrou ao iniciar. Ele fica guardado só nesta aba.',
+    'token.text': 'As ações exigem um token, e num servidor acessível a partir de outras máquinas a leitura também: o seu de {named} (o registro guarda o seu nome), o compartilhado {env}, ou o que {command} mostrou ao iniciar. Ele fica guardado só nesta aba.',
 
     'cards.noneHeld': 'nenhuma vaga ocupada',
     'cards.allRunning': 'todas executando em workers ativos',
@@ -1340,7 +1340,7 @@ export const CATALOGUE = {
     'error.noToken': 'Inte utfört: ingen token angavs, inget ändrades.',
 
     'token.title': 'Token',
-    'token.text': 'Åtgärder kräver en token: din egen i {named} (liggaren registrerar ditt namn), den delade {env}, eller den som {command} skrev ut vid start. Den sparas bara i den här fliken.',
+    'token.text': 'Åtgärder kräver en token, och på en server som nås från andra datorer även läsning: din egen i {named} (liggaren registrerar ditt namn), den delade {env}, eller den som {command} skrev ut vid start. Den sparas bara i den här fliken.',
 
     'cards.noneHeld': 'ingen plats är upptagen',
     'cards.allRunning': 'alla körs på aktiva workers',

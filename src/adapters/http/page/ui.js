@@ -160,18 +160,36 @@ export const whoIsToken = async () => {
   }
 };
 
-/** GET `path` with the query `params` (undefined and '' left out). */
+/** The dialog in view, if any: the reads of one refresh refused together ask for the token once. */
+let asking = null;
+/** Cancelled when a read asked: reads ask no more (every refresh would), until a token is given (the header's button). */
+let readsDeclined = false;
+
+/**
+ * GET `path` with the query `params` (undefined and '' left out), with the tab's token when it
+ * has one: a server bound off loopback wants it for reads too. Refused for want of it (401), the
+ * read asks for the token once and tries again.
+ */
 export const getJson = async (path, params = {}) => {
   const query = new URLSearchParams(Object.entries(params).filter(([, v]) => v !== undefined && v !== '')).toString();
-  const response = await send(query === '' ? path : `${path}?${query}`, { headers: { accept: 'application/json' } });
+  const read = (token) => send(query === '' ? path : `${path}?${query}`, { headers: { accept: 'application/json', ...(token === null ? {} : { authorization: `Bearer ${token}` }) } });
+  let response = await read(storedToken());
+  if (response.status === 401 && !readsDeclined) {
+    sessionStorage.removeItem(TOKEN_STORAGE);
+    const token = await askToken();
+    readsDeclined = token === null;
+    if (token !== null) response = await read(token);
+  }
   const body = await response.json().catch(() => null);
   if (!response.ok) throw new ApiError(response.status, body);
   if (body && typeof body.now === 'number') skew = body.now - Date.now();
   return body;
 };
 
-/** Asks for the token in a dialog; resolves to it, or null when cancelled. */
-export const askToken = () =>
+/** Asks for the token in a dialog (one at a time: a second ask waits for the first); resolves to it, or null when cancelled. */
+export const askToken = () => (asking ??= dialogToken().finally(() => (asking = null)));
+
+const dialogToken = () =>
   new Promise((resolve) => {
     const dialog = $('token-dialog');
     const input = $('token-input');
@@ -182,6 +200,7 @@ export const askToken = () =>
         const token = input.value.trim();
         if (dialog.returnValue === 'ok' && token !== '') {
           sessionStorage.setItem(TOKEN_STORAGE, token);
+          readsDeclined = false;
           resolve(token);
         } else resolve(null);
       },

@@ -20,6 +20,9 @@ const ASSETS = {
   '/app.css': ['app.css', 'text/css; charset=utf-8'],
 } as const;
 
+/** The page's own files: they hold no data, and need no token even where reads do (auth.ts). */
+export const PAGE_FILES: readonly string[] = Object.keys(ASSETS);
+
 /**
  * Scripts, styles and requests from this server only, no inline script, no framing: even a
  * rendering slip could not run a script a key name smuggled in.

@@ -69,11 +69,24 @@ const PageSize = refine(t.number, 'PageSize', (n) => Number.isSafeInteger(n) && 
 
 /** Where the previous page ended: its last row's (enqueued_at, job_id), the order's keyset. */
 type Position = readonly [enqueuedAt: number, jobId: string];
+
+/**
+ * The epoch ms both PostgreSQL's timestamptz (from 4714 BC) and a JS Date (to 275760 AD) hold: a
+ * time outside them made to_timestamp() fail, a 500 for a crafted cursor (issue 21).
+ */
+const PG_MIN_MS = -210_866_803_200_000;
+const DATE_MAX_MS = 8_640_000_000_000_000;
+const CursorTime = refine(t.number, 'CursorTime', (n) => Number.isSafeInteger(n) && n >= PG_MIN_MS && n <= DATE_MAX_MS, 'must be a whole number of epoch ms');
 // The job id as any job id is checked: a crafted cursor must not carry what PostgreSQL cannot store.
-const PositionCodec = t.tuple([t.number, JobId]);
+const PositionCodec = t.tuple([CursorTime, JobId]);
 
 const encodeCursor = (p: Position): string => Buffer.from(JSON.stringify(p)).toString('base64url');
 
+/**
+ * The position a cursor of encodeCursor's names; anything else (bytes that are no base64url,
+ * JSON of another shape, a time PostgreSQL cannot hold, a cursor that is not the one encodeCursor
+ * writes for its position) is a ValidationError naming `cursor`, before any statement runs.
+ */
 const decodeCursor = (cursor: unknown): Position => {
   const text = checkField('cursor', t.string, cursor);
   let parsed: unknown;
@@ -82,7 +95,8 @@ const decodeCursor = (cursor: unknown): Position => {
   } catch {
     parsed = undefined;
   }
-  if (!PositionCodec.is(parsed)) throw new ValidationError('cursor', 'is not a cursor this listing returned');
+  // Buffer.from skips what is not base64url: only the very text this listing wrote is its cursor.
+  if (!PositionCodec.is(parsed) || encodeCursor(parsed) !== text) throw new ValidationError('cursor', 'is not a cursor this listing returned');
   return parsed;
 };
 
