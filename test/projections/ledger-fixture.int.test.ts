@@ -29,6 +29,23 @@ interface Fixture {
 const fixture = JSON.parse(readFileSync(new URL('../fixtures/ledger-format-1.json', import.meta.url), 'utf8')) as Fixture;
 const json = (v: unknown) => JSON.parse(JSON.stringify(v));
 
+/**
+ * A state as this format's release folded it: without `dead` (the key's dead jobs, kept since
+ * issue 21), which must name exactly the jobs of the stream that died (JobDead) and were neither
+ * retried nor discarded since.
+ */
+const asThatRelease = (stream: string, state: { readonly dead?: Record<string, number> }): unknown => {
+  const { dead, ...rest } = json(state) as { dead?: Record<string, number> };
+  const died = new Map<string, number>();
+  for (const e of fixture.events.filter((x) => x.stream === stream)) {
+    const { jobId, at } = e.data as { jobId?: string; at: number };
+    if (e.type === 'JobDead') died.set(jobId!, at);
+    if (e.type === 'JobRetried' || e.type === 'DeadDiscarded') died.delete(jobId!);
+  }
+  expect(dead ?? {}, `${stream}: its dead jobs`).toEqual(Object.fromEntries(died));
+  return rest;
+};
+
 let db: MigratedDatabase;
 
 beforeAll(async () => {
@@ -62,7 +79,7 @@ describe("a ledger of today's format (fixture)", () => {
     const streams = Object.keys(fixture.states);
     expect(streams.sort()).toEqual([...new Set(fixture.events.map((e) => e.stream))].sort());
     for (const stream of streams) {
-      expect(json(fold(initialKeyState, (await store.readStream(stream)).map(decodeRecorded))), stream).toEqual(fixture.states[stream]);
+      expect(asThatRelease(stream, fold(initialKeyState, (await store.readStream(stream)).map(decodeRecorded))), stream).toEqual(fixture.states[stream]);
     }
   });
 
@@ -90,7 +107,7 @@ describe("a ledger of today's format (fixture)", () => {
   it('a ledger opened on it reads the keys and their states', async () => {
     const ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger });
     try {
-      expect(json((await ledger.keyState('fx')).state)).toEqual(fixture.states['key:fx']);
+      expect(asThatRelease('key:fx', (await ledger.keyState('fx')).state)).toEqual(fixture.states['key:fx']);
       expect((await ledger.audit({ key: 'fx' })).events).toHaveLength(fixture.events.filter((e) => e.stream === 'key:fx').length);
     } finally {
       await ledger.close();
