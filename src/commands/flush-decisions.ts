@@ -33,6 +33,17 @@ export interface FlushDecisionsOptions {
   readonly refused: (item: KeyCommand, refusal: DomainError) => void;
 }
 
+/** A decision needs a stream the flush could not read (`cause`: why, an EventDecodeError for a quarantined one). Nothing of the decision was kept. */
+export class UnreadableStream extends Error {
+  override readonly name = 'UnreadableStream';
+  constructor(
+    readonly stream: string,
+    override readonly cause: unknown,
+  ) {
+    super(`the decision needs ${stream}, which cannot be read`);
+  }
+}
+
 export class FlushDecisions {
   /** Each decided command's result (a refusal, or its events on its own stream). */
   readonly decided = new Map<KeyCommand, CommandResult>();
@@ -67,7 +78,7 @@ export class FlushDecisions {
     const outcome = decideAcross(item.command, item.stream, this.scratchOf, this.options.now);
     if (outcome.tag === 'needs') {
       const unreadable = outcome.streams.find((stream) => this.options.broken.has(stream));
-      if (unreadable !== undefined) throw this.options.broken.get(unreadable);
+      if (unreadable !== undefined) throw new UnreadableStream(unreadable, this.options.broken.get(unreadable));
       missing(outcome.streams);
     }
     const { result } = outcome;

@@ -24,7 +24,7 @@ import { noOutages, type Outages } from '../domain/ports/outages.js';
 import { EventDecodeError, decodeRecorded } from '../domain/recorded.js';
 import { KEY_STREAM_PREFIX, streamFor } from '../domain/streams.js';
 import { ValidationError } from '../domain/values.js';
-import { FlushDecisions } from './flush-decisions.js';
+import { FlushDecisions, UnreadableStream } from './flush-decisions.js';
 import { KeyStates, next, type Entry } from './key-states.js';
 
 // The key writer: the ONE owner of key states in a process, and the one door for every write
@@ -189,6 +189,16 @@ class StreamsMissing extends Error {
     readonly streams: readonly string[],
   ) {
     super(`the decision needs streams ${streams.join(', ')} the flush did not lock`);
+  }
+}
+
+/** A submission's decision needs a stream that cannot be read (quarantined): it fails with that stream's error, the flush runs again without it. */
+class SubmissionUnreadable extends Error {
+  constructor(
+    readonly submission: Submission,
+    override readonly cause: unknown,
+  ) {
+    super('the decision needs a stream that cannot be read');
   }
 }
 
@@ -426,6 +436,13 @@ export class KeyWriter {
           if (batch.length === 0 && reads.length === 0) return;
           continue;
         }
+        if (error instanceof SubmissionUnreadable) {
+          // The others go again without it; it fails with why its stream cannot be read (a worker keeps its result and tries again).
+          error.submission.reject(error.cause);
+          batch = batch.filter((s) => s !== error.submission);
+          if (batch.length === 0 && reads.length === 0) return;
+          continue;
+        }
         if (error instanceof SubmissionRefused) {
           // Its decisions were rolled back with the rest of the attempt; the others go again without it.
           error.submission.reject(error.refusal);
@@ -542,7 +559,12 @@ export class KeyWriter {
         }
       }
       const waits = (s: readonly KeyCommand[]) => s.some((i) => this.streamsOf(i).some((stream) => locked.get(stream)!.deferred));
-      const fails = (s: readonly KeyCommand[]) => s.flatMap((i) => this.streamsOf(i)).find((stream) => broken.has(stream));
+      // A command fails with its own stream's break. A broken stream it only may read is left out:
+      // its decision serves what it can without it (a line waiting on it is served later), and
+      // fails only if it truly needs that stream (FlushDecisions: UnreadableStream). Failing on
+      // any planned stream let one quarantined limit key stall every key whose line reached it,
+      // and drop the results recorded on them (issue 21, item 3).
+      const fails = (s: readonly KeyCommand[]) => s.map((i) => i.stream).find((stream) => broken.has(stream));
       const postponed = batch.filter((s) => waits(s.items));
       const failed = batch.filter((s) => !waits(s.items) && fails(s.items) !== undefined);
       const going = batch.filter((s) => !postponed.includes(s) && !failed.includes(s));
@@ -562,7 +584,15 @@ export class KeyWriter {
         refused: (item, refusal) => this.log.info({ ...logFields(item.stream, item.command), refusal: refusal.tag }, describeDomainError(refusal)),
       });
       const { decided } = decisions;
-      for (const s of going) for (const item of s.items) decisions.decide(item, (streams) => { throw new StreamsMissing(s, item, streams); });
+      for (const s of going) {
+        for (const item of s.items) {
+          try {
+            decisions.decide(item, (streams) => { throw new StreamsMissing(s, item, streams); });
+          } catch (error) {
+            throw error instanceof UnreadableStream ? new SubmissionUnreadable(s, error.cause) : error;
+          }
+        }
+      }
       for (const item of readGoing) decisions.decide(item, (streams) => { throw new Error(`a Start on ${item.stream} needs streams ${streams.join(', ')}`); });
       for (const [item, ids] of decisions.eventIds) this.lastIds.set(item, ids);
 

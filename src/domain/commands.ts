@@ -93,15 +93,21 @@ const YieldDelayMs = refine(
  * The slot goes back and the attempt is not counted. Without `delayMs` (graceful shutdown) the job
  * waits in line again at once; with it (a worker that cannot run the job: no handler for its
  * name) it is offered again after that delay, holding no slot meanwhile. `reason` is for the audit.
+ * `deadAfterMs`: a job given back for this long since its first give-back (no worker knows its
+ * `name`) is dead instead, and retryable once a worker knows it (issue 21, item 6).
  */
-export const Yield = withOptional(command('Yield', { jobId: Id, leaseId: Id }), { delayMs: YieldDelayMs, reason: NonEmptyString(1_000) });
+export const Yield = withOptional(command('Yield', { jobId: Id, leaseId: Id }), { delayMs: YieldDelayMs, reason: NonEmptyString(1_000), deadAfterMs: YieldDelayMs, name: Name });
 /**
  * The worker's handler under a revoked lease (a release, a cancel) has stopped: the slot passes
  * on, and the job is retried (a release) or cancelled. Refused for a lease nobody revoked.
  */
 export const Stopped = command('Stopped', { jobId: Id, leaseId: Id, jitter: Jitter });
-/** Reclaims every holder of the key whose lease has run out by `now`. */
-export const ExpireLeases = command('ExpireLeases', { jitter: Jitter });
+/**
+ * Reclaims every holder of the key whose lease has run out by `now`. `graceFrom` (epoch ms): its
+ * workers could not renew before then (the database was away, the key's stream could not be
+ * read): no lease runs out sooner than one lease length after it (issue 21, item 7).
+ */
+export const ExpireLeases = withOptional(command('ExpireLeases', { jitter: Jitter }), { graceFrom: Time });
 export const SetLimit = withOptional(command('SetLimit', { limit: Limit, by: By }), { leaseMs: LeaseMs });
 /**
  * A process's configuration names the key's limit (a queue's cap): recorded if the key has none

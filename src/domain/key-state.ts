@@ -53,14 +53,18 @@ const JobStateFields = t.type({
   parkedAt: t.union([t.number, t.null]),
   lease: t.union([LeaseState, t.null]),
 });
+/** A job given back by workers that cannot run it (JobYielded with retryAt): how often, since when; reset when a handler fails it. */
+const GivenBack = t.type({ count: t.number, since: t.number });
+
 /**
+ * `givenBack`: see GivenBack (absent until the first give-back).
  * `debounce`: the job's name, kept only for a job enqueued with whenFull "replace": a newer one of
  * the same name that parks replaces it while it is parked. `limits`: the further limit keys of a
  * job under several limits (JobEnqueued.limits). `home`: set on a limit key's entry for a job of
  * another stream (a guest: LimitWaiting/LimitHeld), which waits or holds here and nothing else
  * (its attempts, queue and lease live at home).
  */
-const JobState = t.intersection([JobStateFields, t.partial({ debounce: t.string, limits: t.array(t.string), home: t.string })]);
+const JobState = t.intersection([JobStateFields, t.partial({ debounce: t.string, limits: t.array(t.string), home: t.string, givenBack: GivenBack })]);
 export type JobState = t.TypeOf<typeof JobState>;
 
 /** Who paused the key, why and when: while paused nothing is admitted on it. */
@@ -272,9 +276,15 @@ export const apply = (d: Draft, event: KeyEvent): void => {
     }
     case 'LeaseRenewed':
       return setJob(d, event.data.jobId, (job) => ({ ...job, lease: job.lease && { ...job.lease, expiresAt: event.data.expiresAt } }));
-    case 'JobYielded':
-      // A yield hands the attempt back: the job did not fail, the worker stopped.
-      return setJob(d, event.data.jobId, (job) => ({ ...job, attempts: job.lease?.workerId != null ? job.attempts - 1 : job.attempts }));
+    case 'JobYielded': {
+      // A yield hands the attempt back: the job did not fail, the worker stopped. A give-back (retryAt) is counted.
+      const { retryAt, at } = event.data;
+      return setJob(d, event.data.jobId, (job) => ({
+        ...job,
+        attempts: job.lease?.workerId != null ? job.attempts - 1 : job.attempts,
+        ...(retryAt === undefined ? {} : { givenBack: { count: (job.givenBack?.count ?? 0) + 1, since: job.givenBack?.since ?? at } }),
+      }));
+    }
     case 'SlotReleased':
       d.holding -= 1;
       return setJob(d, event.data.jobId, (job) => (job.status === 'finishing' ? undefined : { ...job, status: 'pending', lease: null }));
@@ -294,6 +304,12 @@ export const apply = (d: Draft, event: KeyEvent): void => {
       return setJob(d, event.data.jobId, (job) => ({ ...job, lease: job.lease && revoke(job.lease) }));
     }
     case 'JobFailed':
+      // A handler ran it: the give-backs before it no longer count. The SlotReleased that follows moves the job on.
+      return setJob(d, event.data.jobId, (job) => {
+        if (job.givenBack === undefined) return job;
+        const { givenBack: _, ...rest } = job;
+        return rest;
+      });
     case 'LeaseExpired':
       // The SlotReleased that follows in the same append moves the job on.
       return;

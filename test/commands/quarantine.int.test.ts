@@ -156,3 +156,51 @@ describe.each(BAD_CASES.map((c, i) => [c, i] as const))('a key with an event of 
     }
   });
 });
+
+describe('issue 21 #3: a quarantined limit key', () => {
+  /** A key's holder, started, and a job parked behind it that is also under `limit`. */
+  const holderAndWaiter = async (key: string, limit: string) => {
+    await ledger.enqueueMany([
+      { name: 'work', key, limit: 1, jobId: `${key}-holder`, leaseMs: 5_000 },
+      { name: 'work', key, jobId: `${key}-waiter`, limits: [{ key: limit, limit: 1 }] },
+    ]);
+    const leaseId = (await ledger.keyState(key)).state.jobs[`${key}-holder`]!.lease!.leaseId;
+    expect(E.isRight(await ledger.execute(keyStream(key), { type: 'Start', jobId: `${key}-holder`, leaseId, workerId: 'w' }))).toBe(true);
+    return leaseId;
+  };
+
+  it('blocks no other key: a holder whose line only reaches it completes (before: EventDecodeError, the result dropped, the job run again), and the line is served once it decodes', async () => {
+    const leaseId = await holderAndWaiter('q3a', 'q3b');
+    const placed = await appendByHand(db.pool, keyStream('q3b'), 'an unknown type');
+    const completed = await ledger.execute(keyStream('q3a'), { type: 'Complete', jobId: 'q3a-holder', leaseId });
+    expect(E.isRight(completed) && completed.right.events.map((e) => e.type)).toEqual(['JobCompleted', 'SlotReleased']);
+    // The waiter needs q3b, which cannot be read: it waits, neither promoted on half its limits nor lost.
+    expect((await ledger.keyState('q3a')).state.jobs['q3a-waiter']?.status).toBe('parked');
+    await fixByHand(db.pool, placed);
+    const sweeper = new Sweeper(ledger, db.pool, silentLogger, { clock: () => now, random: () => 0.5 });
+    expect((await sweeper.sweep()).unquarantined).toEqual([keyStream('q3b')]);
+    await sweeper.sweep();
+    expect((await ledger.keyState('q3a')).state.jobs['q3a-waiter']?.status).toBe('holding');
+  });
+
+  it('a lease that could not be renewed or released while its key was quarantined gets one whole lease from the end of the quarantine: its result lands first', async () => {
+    await ledger.enqueue({ name: 'work', key: 'q3c', limit: 1, jobId: 'q3c-holder', leaseMs: 5_000 });
+    const leaseId = (await ledger.keyState('q3c')).state.jobs['q3c-holder']!.lease!.leaseId;
+    expect(E.isRight(await ledger.execute(keyStream('q3c'), { type: 'Start', jobId: 'q3c-holder', leaseId, workerId: 'w' }))).toBe(true);
+    const placed = await appendByHand(db.pool, keyStream('q3c'), 'an unknown type');
+    const sweeper = new Sweeper(ledger, db.pool, silentLogger, { clock: () => now, random: () => 0.5 });
+    await expect(ledger.execute(keyStream('q3c'), { type: 'Renew', jobId: 'q3c-holder', leaseId })).rejects.toMatchObject(namesPlace(placed));
+    await sweeper.sweep();
+    now += 60_000;
+    await fixByHand(db.pool, placed);
+    // The quarantine ends at this sweep; the lease ran out long ago, but it is not expired now.
+    const holding = async () => (await ledger.keyState('q3c')).state.jobs['q3c-holder']?.lease?.leaseId;
+    expect(await sweeper.sweep()).toMatchObject({ unquarantined: [keyStream('q3c')] });
+    expect(await holding()).toBe(leaseId);
+    now += 1_000;
+    await sweeper.sweep();
+    expect(await holding()).toBe(leaseId);
+    const completed = await ledger.execute(keyStream('q3c'), { type: 'Complete', jobId: 'q3c-holder', leaseId });
+    expect(E.isRight(completed)).toBe(true);
+  });
+});

@@ -312,7 +312,15 @@ const toCommand = (intent: Intent, state: KeyState, now: number, memory: Memory)
         case 'Yield':
           return intent.yieldDelay === null
             ? { type: 'Yield', jobId, leaseId }
-            : { type: 'Yield', jobId, leaseId, delayMs: intent.yieldDelay, reason: `no handler for work in worker worker-${intent.worker}` };
+            : {
+                type: 'Yield',
+                jobId,
+                leaseId,
+                delayMs: intent.yieldDelay,
+                reason: `no handler for work in worker worker-${intent.worker}`,
+                // Half the workers give a job up after its give-backs have lasted a while (issue 21 #6).
+                ...(intent.worker % 2 === 0 ? { deadAfterMs: 3 * intent.yieldDelay, name: 'work' } : {}),
+              };
       }
     }
     case 'admitDue':

@@ -286,6 +286,27 @@ describe('Yield', () => {
     const giveBack = { type: 'Yield', jobId: 'a', leaseId: 'a:1', delayMs: 10 * SEC, reason } as const;
     const at = T0 + 2 * SEC;
 
+    it('issue 21 #6: give-backs are counted; one past deadAfterMs since the first makes the job dead ("no worker knows"), attempts untouched, retryable', () => {
+      const first = T0 + 2 * SEC;
+      const history = [...aRunningBParked, givenBack('a', 'a:1', first, 0, first + 10 * SEC), released('a', 'a:1', 'yielded', first), scheduled('a', first + 10 * SEC, first), promoted('b', 'b:2', first, first - T0)];
+      // b runs and ends; a is admitted again, started, and given back again: counted twice.
+      const again = [...history, started('b', 'b:2', first + SEC), completed('b', 'b:2', first + 2 * SEC), released('b', 'b:2', 'completed', first + 2 * SEC), acquired('a', 'a:3', first + 12 * SEC), started('a', 'a:3', first + 13 * SEC)];
+      expect(fold(initialKeyState, again).jobs.a?.givenBack).toEqual({ count: 1, since: first });
+      const bounded = { ...giveBack, leaseId: 'a:3', deadAfterMs: 60 * SEC, name: 'sendEmail' } as const;
+      // Within the bound: scheduled again, counted.
+      const within = given(...again).when(bounded, first + 14 * SEC);
+      within.then(givenBack('a', 'a:3', first + 14 * SEC, 0, first + 24 * SEC), released('a', 'a:3', 'yielded', first + 14 * SEC), scheduled('a', first + 24 * SEC, first + 14 * SEC));
+      expect(within.state().jobs.a?.givenBack).toEqual({ count: 2, since: first });
+      // Past it: dead, not offered again.
+      given(...again)
+        .when(bounded, first + 61 * SEC)
+        .then(
+          mk('JobYielded', { jobId: 'a', leaseId: 'a:3', attempts: 0, reason, at: first + 61 * SEC }),
+          released('a', 'a:3', 'yielded', first + 61 * SEC),
+          dead('a', 'no worker knows sendEmail: given back 2 times over 61 s', first + 61 * SEC),
+        );
+    });
+
     it('the attempt is not counted; the job waits for its retry time holding no slot, and the slot goes to the next parked job', () => {
       const when = given(...aRunningBParked).when(giveBack, at);
       when.then(

@@ -86,7 +86,7 @@ describe('migration 0005 (set-based writes)', () => {
     const counts = (await db.pool.query(`SELECT (SELECT count(*) FROM jl_jobs WHERE run_at IS NOT NULL)::int AS scheduled, (SELECT count(*) FROM jl_slots WHERE expires_at IS NOT NULL)::int AS started`)).rows[0];
     expect(counts.scheduled).toBeGreaterThan(3_000);
     expect(counts.started).toBeGreaterThan(1_000);
-    const sweep = await plan(SWEEP_CANDIDATES_SQL, [NOW, 500]);
+    const sweep = await plan(SWEEP_CANDIDATES_SQL, [NOW, 500, '', '', '']);
     // An index scan, an index-only scan, or a bitmap scan of the index: whichever, the index is what finds them.
     expect(sweep).toMatch(/(Index (Only )?Scan using jl_slots_expiry on jl_slots|Bitmap Index Scan on jl_slots_expiry)/);
     expect(sweep).not.toMatch(/Seq Scan on jl_slots/);
@@ -94,16 +94,18 @@ describe('migration 0005 (set-based writes)', () => {
     expect(sweep).not.toMatch(/Seq Scan on jl_jobs/);
 
     // And what it returns: the started leases past their expiry (never an unstarted admission), the scheduled jobs due.
-    const streams = async (kind: string, limit = 500) =>
-      (await db.pool.query<{ kind: string; stream: string }>(SWEEP_CANDIDATES_SQL, [NOW, limit])).rows.filter((r) => r.kind === kind).map((r) => r.stream).sort();
+    const streams = async (kind: string, limit = 500, after = '') =>
+      (await db.pool.query<{ kind: string; stream: string }>(SWEEP_CANDIDATES_SQL, [NOW, limit, after, after, after])).rows.filter((r) => r.kind === kind).map((r) => r.stream).sort();
     const { rows: wantExpired } = await db.pool.query(`SELECT DISTINCT stream FROM jl_slots WHERE worker_id IS NOT NULL AND expires_at <= to_timestamp($1::float8 / 1000) ORDER BY stream`, [NOW]);
     expect(wantExpired.length).toBeGreaterThan(0);
     expect(await streams('expired')).toEqual(wantExpired.map((r) => r.stream).sort());
     const { rows: wantDue } = await db.pool.query(`SELECT DISTINCT stream FROM jl_jobs WHERE status = 'scheduled' AND run_at <= to_timestamp($1::float8 / 1000) ORDER BY stream`, [NOW]);
     expect(wantDue.length).toBeGreaterThan(0);
     expect(await streams('due')).toEqual(wantDue.map((r) => r.stream).sort());
-    // $2 bounds each kind.
-    expect(await streams('due', 3)).toHaveLength(3);
+    // $2 bounds each kind; $3-$5 go on after where the last sweep of each kind stopped, in stream order, so every candidate comes in turn (issue 21 #4).
+    const want = wantDue.map((r) => r.stream as string).sort();
+    expect(await streams('due', 3)).toEqual(want.slice(0, 3));
+    expect(await streams('due', 3, want[2])).toEqual(want.slice(3, 6));
     expect(await streams('expired', 2)).toHaveLength(2);
   });
 

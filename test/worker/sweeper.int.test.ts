@@ -96,4 +96,32 @@ describe('sweeper', () => {
     await sweeper(writer).sweep();
     expect(writer.submitted.filter((c) => c.stream === keyStream(key)).map((c) => c.command)).toEqual([{ type: 'ExpireLeases', jitter: 0.25 }]);
   });
+
+  it('issue 21 #7: after an outage, no lease expires within one lease length of its end: a worker\'s queued completion lands first, and the job does not run again', async () => {
+    const key = 'sweep-outage';
+    await ledger.enqueueMany(['done-in-outage', 'silent'].map((jobId) => ({ name: 'held', key, limit: 2, jobId, leaseMs: 10_000 })));
+    const startAt = now;
+    for (const jobId of ['done-in-outage', 'silent']) {
+      const leaseId = (await ledger.keyState(key)).state.jobs[jobId]!.lease!.leaseId;
+      expect(E.isRight(await ledger.execute(keyStream(key), { type: 'Start', jobId, leaseId, workerId: 'w' }))).toBe(true);
+    }
+    // The process's view of the database (the Outages port): an outage ends at startAt + 60 s.
+    const outages = { generation: 0, failed: () => false, answered: () => undefined };
+    const s = new Sweeper(ledger, db.pool, silentLogger, { clock: () => now, random: () => 0.25, outages });
+    await s.sweep();
+    now = startAt + 60_000;
+    outages.generation = 1;
+    // Both leases ran out during the outage: before the fix, this sweep expired them, and the job completed meanwhile ran again.
+    expect((await s.sweep()).expired).toBe(0);
+    const leaseId = (await ledger.keyState(key)).state.jobs['done-in-outage']!.lease!.leaseId;
+    now = startAt + 61_000;
+    expect(E.isRight(await ledger.execute(keyStream(key), { type: 'Complete', jobId: 'done-in-outage', leaseId }))).toBe(true);
+    now = startAt + 69_999;
+    expect((await s.sweep()).expired).toBe(0);
+    // One lease after the outage ended, the one that stayed silent expires; the completed one is not touched.
+    now = startAt + 70_000;
+    expect((await s.sweep()).expired).toBe(1);
+    const types = (await ledger.store.readStream(keyStream(key))).map((e) => `${e.type} ${String(e.data.jobId ?? '')}`);
+    expect(types.filter((t) => t.startsWith('LeaseExpired') || t.startsWith('JobCompleted'))).toEqual(['JobCompleted done-in-outage', 'LeaseExpired silent']);
+  });
 });

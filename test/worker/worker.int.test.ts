@@ -254,6 +254,30 @@ describe('worker', () => {
     ]);
   });
 
+  it('issue 21 #6: a job no worker knows is given back a bounded while, then dead ("no worker knows <name>"), on the failed list, and runs once retried where a worker knows it', async () => {
+    ledger.start();
+    const old = ledger.worker({ handlers: { known: async () => undefined }, unknownJobDelayMs: 100, unknownJobDeadAfterMs: 600, pollIntervalMs: 50 });
+    old.start();
+    await ledger.enqueue({ name: 'newJob', key: 'no-worker-knows', limit: 1, maxAttempts: 1, jobId: 'orphan' });
+    await ledger.enqueue({ name: 'known', key: 'no-worker-knows', jobId: 'known-after' });
+    const dead = await until(() => ledger.jobs({ key: 'no-worker-knows', status: 'dead' }), (p) => p.jobs.length === 1, 'the job no worker knows to die');
+    await old.stop();
+    expect(dead.jobs[0]).toMatchObject({ jobId: 'orphan', attempts: 0, finishReason: expect.stringMatching(/^no worker knows newJob: given back \d+ times over \d+ s$/) });
+    const events = await eventsOf('no-worker-knows');
+    const yields = events.filter((e) => e.type === 'JobYielded' && e.data.jobId === 'orphan');
+    expect(yields.length).toBeGreaterThanOrEqual(2);
+    // Each give-back held no slot while it waited: the known job ran meanwhile.
+    expect(events.some((e) => e.type === 'JobCompleted' && e.data.jobId === 'known-after')).toBe(true);
+    // A worker of the newer release knows it: the retry runs it.
+    const ran: string[] = [];
+    const newer = ledger.worker({ handlers: { newJob: async (_args: unknown, ctx: JobContext) => void ran.push(ctx.jobId) } });
+    newer.start();
+    await ledger.retry({ jobIds: ['orphan'], by: 'ops' });
+    await until(async () => ran, (r) => r.length === 1, 'the retried job to run');
+    await newer.stop();
+    expect(ran).toEqual(['orphan']);
+  });
+
   it('issue 21 #1: a revoked lease aborts its handler at once (not at its next renewal; heartbeat off here: nothing else could tell it), and its slot passes on only once the handler returned', async () => {
     let aborted: unknown;
     let returnedAt = 0;

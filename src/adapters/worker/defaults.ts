@@ -12,5 +12,6 @@ export const WORKER_DEFAULTS = {
   handoffSliceMs: 1_000,
   unknownJobs: 'give-back',
   unknownJobDelayMs: 10_000,
+  unknownJobDeadAfterMs: 3_600_000,
   presenceIntervalMs: PRESENCE_INTERVAL_MS_DEFAULT,
 } as const;

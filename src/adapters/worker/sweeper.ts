@@ -5,7 +5,8 @@ import type { Logger } from '../../domain/ports/logger.js';
 import type { Outages } from '../../domain/ports/outages.js';
 import { AdvisoryLeader, type AdvisoryLock } from '../../projections/leader.js';
 import { recheckWriterQuarantines } from '../../projections/quarantine.js';
-import { SWEEP_CANDIDATES_SQL, type SweepCandidate } from '../postgres/queries/sweep-candidates.js';
+import { MAX_LEASE_MS } from '../../domain/values.js';
+import { DATABASE_UPTIME_SQL, SWEEP_CANDIDATES_SQL, type SweepCandidate } from '../postgres/queries/sweep-candidates.js';
 
 export interface SweeperOptions {
   /** Between sweeps (default 1000 ms). */
@@ -36,6 +37,20 @@ export class Sweeper {
   private leader: AdvisoryLeader | undefined;
   private sweeping: Promise<void> | undefined;
   private stopped = false;
+  /**
+   * Since when (the ledger's clock) workers could renew, as far as this sweeper knows: the end of
+   * the last outage it saw, or the database's start when it began leading. No lease expires
+   * sooner than one lease length after it (ExpireLeases graceFrom, issue 21 item 7).
+   */
+  private renewableSince = 0;
+  /** The process's outage generation at the last sweep: another one means an outage ended in between. */
+  private seenGeneration: number | undefined;
+  /** A sweep failed because the database did not answer. */
+  private outageSeen = false;
+  /** When each stream's quarantine ended (its renewals and results failed until then), kept a day (the longest lease). */
+  private readonly unquarantinedAt = new Map<string, number>();
+  /** Where each kind of candidate stopped last sweep (see SWEEP_CANDIDATES_SQL). */
+  private readonly after: Record<SweepCandidate, string> = { expired: '', due: '', stranded: '' };
 
   constructor(
     private readonly writer: { executeMany(items: readonly KeyCommand[]): Promise<CommandResult[]> },
@@ -73,7 +88,8 @@ export class Sweeper {
     try {
       if (await this.lead()) await this.sweep();
     } catch (error) {
-      if (!this.options.outages?.failed(error, generation)) this.log.error({ err: error }, 'sweep failed; trying again next time');
+      if (this.options.outages?.failed(error, generation)) this.outageSeen = true;
+      else this.log.error({ err: error }, 'sweep failed; trying again next time');
     }
   }
 
@@ -92,6 +108,9 @@ export class Sweeper {
     }
     if (!led) return false;
     this.leader = leader;
+    // A restart this process did not see (it started after it, or another led then): leases get their grace from the database's start.
+    const { rows } = await this.pool.query<{ uptime_ms: number }>(DATABASE_UPTIME_SQL);
+    this.renewableSince = Math.max(this.renewableSince, Math.floor(this.options.clock() - rows[0]!.uptime_ms));
     this.log.info('sweeper: leading');
     return true;
   }
@@ -100,21 +119,41 @@ export class Sweeper {
    * One sweep: ExpireLeases on every stream with an expired started lease, AdmitDue on every
    * stream with a due job, FillSlots on every key whose line waits on further limits with a slot free. Each stream is a submission of its own: the key writer puts them all
    * in one transaction, and one broken or busy key holds up no other (a quarantined one fails
-   * alone). Then the key writer's quarantines are read again: those whose stream decodes now end.
+   * alone). First the key writer's quarantines are read again: those whose stream decodes now end.
    */
   async sweep(): Promise<{ readonly expired: number; readonly admitted: number; readonly served: number; readonly unquarantined: readonly string[] }> {
     const limit = this.options.batch ?? 500;
     const now = this.options.clock();
     const { random } = this.options;
-    const { rows } = await this.pool.query<{ kind: SweepCandidate; stream: string }>(SWEEP_CANDIDATES_SQL, [now, limit]);
-    const of = (kind: SweepCandidate) => rows.filter((r) => r.kind === kind).map((r) => r.stream);
+    // First the key writer's quarantines, read again: a stream that decodes now is over, and its
+    // leases (unrenewable until now) get their grace in this very sweep.
+    const unquarantined = await recheckWriterQuarantines(this.pool);
+    if (unquarantined.length > 0) this.log.info({ streams: unquarantined }, 'sweeper: quarantined streams decode again: quarantine over');
+    for (const [stream, at] of this.unquarantinedAt) if (at < now - MAX_LEASE_MS) this.unquarantinedAt.delete(stream);
+    for (const stream of unquarantined) this.unquarantinedAt.set(stream, now);
+    const { rows } = await this.pool.query<{ kind: SweepCandidate; stream: string }>(SWEEP_CANDIDATES_SQL, [now, limit, this.after.expired, this.after.due, this.after.stranded]);
+    // The database answers: an outage seen since the last sweep (by this sweeper, or any part of the process) ended about now.
+    const generation = this.options.outages?.generation ?? 0;
+    if (this.outageSeen || (this.seenGeneration !== undefined && generation !== this.seenGeneration)) this.renewableSince = Math.max(this.renewableSince, now);
+    this.outageSeen = false;
+    this.seenGeneration = generation;
+    const of = (kind: SweepCandidate) => {
+      const streams = rows.filter((r) => r.kind === kind).map((r) => r.stream);
+      this.after[kind] = streams.length < limit ? '' : streams.at(-1)!;
+      return streams;
+    };
     const [expired, due, stranded] = [of('expired'), of('due'), of('stranded')];
+    const graceFrom = (stream: string) => {
+      const from = Math.max(this.renewableSince, this.unquarantinedAt.get(stream) ?? 0);
+      return from > 0 ? { graceFrom: from } : {};
+    };
     const commands: KeyCommand[] = [
-      ...expired.map((stream) => ({ stream, command: { type: 'ExpireLeases', jitter: random() } as const, metadata: { by: 'sweeper' } })),
+      ...expired.map((stream) => ({ stream, command: { type: 'ExpireLeases', jitter: random(), ...graceFrom(stream) } as const, metadata: { by: 'sweeper' } })),
       ...due.map((stream) => ({ stream, command: { type: 'AdmitDue' } as const, metadata: { by: 'sweeper' } })),
       ...stranded.map((stream) => ({ stream, command: { type: 'FillSlots' } as const, metadata: { by: 'sweeper' } })),
     ];
-    const settled = await Promise.allSettled(commands.map((c) => this.writer.executeMany([c])));
+    // Each alone: one refused before it is written (a bad command throws) fails no other.
+    const settled = await Promise.allSettled(commands.map(async (c) => this.writer.executeMany([c])));
     const results: CommandResult[] = [];
     settled.forEach((r, i) => {
       if (r.status === 'fulfilled') results.push(...r.value);
@@ -123,8 +162,6 @@ export class Sweeper {
     const count = (type: string) => results.reduce((n, r) => n + (E.isRight(r) ? r.right.events.filter((e) => e.type === type).length : 0), 0);
     const summary = { expired: count('LeaseExpired'), admitted: count('SlotAcquired') + count('JobParked'), served: count('LimitHeld') };
     if (summary.expired + summary.admitted + summary.served > 0) this.log.info(summary, 'sweeper: leases expired, due jobs admitted, stranded lines served');
-    const unquarantined = await recheckWriterQuarantines(this.pool);
-    if (unquarantined.length > 0) this.log.info({ streams: unquarantined }, 'sweeper: quarantined streams decode again: quarantine over');
     return { ...summary, unquarantined };
   }
 }

@@ -70,6 +70,12 @@ export interface WorkerOptions {
   readonly unknownJobs?: UnknownJobs;
   /** How long a job given back waits before it is offered again (default 10 s; up to a fifth more, at random, so given-back jobs do not return in step). */
   readonly unknownJobDelayMs?: number;
+  /**
+   * A job given back for this long since its first give-back is dead, with reason "no worker knows
+   * <name>": on the failed list (and in metrics), retryable once a worker knows it (default 1 h,
+   * longer than a rolling deploy). Without a bound it was given back for ever.
+   */
+  readonly unknownJobDeadAfterMs?: number;
 }
 
 export const UNKNOWN_JOBS = ['give-back', 'fail'] as const;
@@ -109,7 +115,7 @@ type Finish =
   /** The handler stopped because its lease was taken: a revoked lease's slot passes on now, not when it lapses. */
   | { readonly kind: 'stopped' }
   | { readonly kind: 'fail'; readonly error: string }
-  | { readonly kind: 'give-back'; readonly reason: string; readonly delayMs: number };
+  | { readonly kind: 'give-back'; readonly reason: string; readonly delayMs: number; readonly name: string };
 
 /**
  * Runs admitted jobs from one dispatch queue: the key writer reads messages AND starts them in
@@ -132,6 +138,7 @@ export class Worker {
   private readonly handlers: ReadonlyMap<string, JobHandler>;
   private readonly unknownJobs: UnknownJobs;
   private readonly unknownJobDelayMs: number;
+  private readonly unknownJobDeadAfterMs: number;
   private readonly running = new Map<string, Running>();
   /** Slots kept for a job a completion in flight may hand off to this worker. */
   private reserved = 0;
@@ -167,6 +174,10 @@ export class Worker {
     const maxDelayMs = Math.floor(MAX_YIELD_DELAY_MS / (1 + GIVE_BACK_JITTER));
     if (!Number.isSafeInteger(this.unknownJobDelayMs) || this.unknownJobDelayMs < 1 || this.unknownJobDelayMs > maxDelayMs) {
       throw new ValidationError('unknownJobDelayMs', `must be an integer number of milliseconds from 1 to ${maxDelayMs}`);
+    }
+    this.unknownJobDeadAfterMs = options.unknownJobDeadAfterMs ?? WORKER_DEFAULTS.unknownJobDeadAfterMs;
+    if (!Number.isSafeInteger(this.unknownJobDeadAfterMs) || this.unknownJobDeadAfterMs < 1 || this.unknownJobDeadAfterMs > MAX_YIELD_DELAY_MS) {
+      throw new ValidationError('unknownJobDeadAfterMs', `must be an integer number of milliseconds from 1 to ${MAX_YIELD_DELAY_MS}`);
     }
     const presenceIntervalMs = options.presenceIntervalMs ?? WORKER_DEFAULTS.presenceIntervalMs;
     if (!Number.isSafeInteger(presenceIntervalMs) || presenceIntervalMs < 10 || presenceIntervalMs > 2_147_483_647) {
@@ -360,7 +371,7 @@ export class Worker {
       case 'fail':
         return { type: 'Fail', jobId: run.jobId, leaseId: run.leaseId, error: finish.error, jitter: this.deps.random(), ...to };
       case 'give-back':
-        return { type: 'Yield', jobId: run.jobId, leaseId: run.leaseId, delayMs: finish.delayMs, reason: finish.reason };
+        return { type: 'Yield', jobId: run.jobId, leaseId: run.leaseId, delayMs: finish.delayMs, reason: finish.reason, deadAfterMs: this.unknownJobDeadAfterMs, name: finish.name };
       case 'stopped':
         return { type: 'Stopped', jobId: run.jobId, leaseId: run.leaseId, jitter: this.deps.random() };
     }
@@ -378,7 +389,7 @@ export class Worker {
       { jobName: name, known, delayMs },
       `job ${run.jobId}: no handler for job name ${JSON.stringify(name)} in this worker (it knows: ${this.knownNames()}); given back, offered again in ${delayMs} ms`,
     );
-    return { kind: 'give-back', reason: `no handler for ${name} in worker ${this.workerId}`, delayMs };
+    return { kind: 'give-back', reason: `no handler for ${name} in worker ${this.workerId}`, delayMs, name };
   }
 
   /** The job a completion started here by direct handoff: run it in the slot kept for it (at shutdown, give it back). */

@@ -26,6 +26,7 @@ interface WorkerFlags {
   handoffSlice?: number;
   unknownJobs?: UnknownJobs;
   unknownJobDelay?: number;
+  unknownJobDeadAfter?: number;
   queueCap?: (readonly [string, number])[];
 }
 
@@ -47,6 +48,7 @@ export const registerWorker = (program: Command, ctx: CommandContext): void => {
     .option('--handoff-slice <duration>', `how long a handler slot keeps starting its key's next job directly before that goes through the queue (0: no direct handoff; default: ${ms(WORKER_DEFAULTS.handoffSliceMs)})`, duration('--handoff-slice', MAX_WORKER_DURATION_MS))
     .option('--unknown-jobs <what>', `a job whose name no handler here knows: give-back (its attempt not counted, offered again later) or fail (the attempt) (default: ${WORKER_DEFAULTS.unknownJobs})`)
     .option('--unknown-job-delay <duration>', `how long a job given back waits before it is offered again (default: ${ms(WORKER_DEFAULTS.unknownJobDelayMs)}, plus up to a fifth at random)`, duration('--unknown-job-delay'))
+    .option('--unknown-job-dead-after <duration>', `a job given back this long since its first give-back (no worker knows its name) is dead, retryable once a worker knows it (default: ${ms(WORKER_DEFAULTS.unknownJobDeadAfterMs)})`, duration('--unknown-job-dead-after', MAX_WORKER_DURATION_MS))
     .option('--no-heartbeat', 'do not renew leases (for testing lease fencing: a lease then lapses under a live handler)')
     .action(async (flags: WorkerFlags) => {
       const [{ loadHandlers }, { UNKNOWN_JOBS }, { openDatabase }, { createLedger }, { QueueName, checkField }] = await Promise.all([
@@ -80,12 +82,13 @@ export const registerWorker = (program: Command, ctx: CommandContext): void => {
             ...(flags.visibility !== undefined ? { visibilityMs: flags.visibility } : {}),
             ...(flags.handoffSlice !== undefined ? { handoffSliceMs: flags.handoffSlice } : {}),
             ...(flags.unknownJobDelay !== undefined ? { unknownJobDelayMs: flags.unknownJobDelay } : {}),
+            ...(flags.unknownJobDeadAfter !== undefined ? { unknownJobDeadAfterMs: flags.unknownJobDeadAfter } : {}),
           };
           let worker: Worker;
           try {
             worker = ledger.worker(options);
           } catch (error) {
-            return await asUsage({ concurrency: '--concurrency', handoffSliceMs: '--handoff-slice', unknownJobDelayMs: '--unknown-job-delay' })(error);
+            return await asUsage({ concurrency: '--concurrency', handoffSliceMs: '--handoff-slice', unknownJobDelayMs: '--unknown-job-delay', unknownJobDeadAfterMs: '--unknown-job-dead-after' })(error);
           }
           worker.start();
           if (flags.sweeper) ledger.start();

@@ -13,11 +13,16 @@
 //             job of the key whose guests wait elsewhere): the FillSlots a process that died after
 //             a release could not write. Jobs under one limit never wait with a free slot (the
 //             release promotes them in its own append), so only jl_limit_jobs' waiters are looked at.
+// Each kind in stream order from where the last sweep of that kind stopped ($3, $4, $5: the last
+// stream it handled, '' from the start): with more candidates than $2, the next sweep goes on
+// after them, so none waits behind the same first $2 for ever (a stranded line the sweep kept
+// passing over; issue 21, item 4), and a candidate that cannot progress (quarantined) takes no
+// turn from the others. The sweeper starts a kind over once it returned fewer than $2.
 // test/projections/schema.int.test.ts EXPLAINs this very text.
 export const SWEEP_CANDIDATES_SQL = /* sql */ `
-(SELECT DISTINCT 'expired' AS kind, stream FROM jl_slots WHERE expires_at <= to_timestamp($1::float8 / 1000) LIMIT $2)
+(SELECT DISTINCT 'expired' AS kind, stream FROM jl_slots WHERE expires_at <= to_timestamp($1::float8 / 1000) AND stream > $3 ORDER BY stream LIMIT $2)
 UNION ALL
-(SELECT DISTINCT 'due', stream FROM jl_jobs WHERE run_at <= to_timestamp($1::float8 / 1000) LIMIT $2)
+(SELECT DISTINCT 'due', stream FROM jl_jobs WHERE run_at <= to_timestamp($1::float8 / 1000) AND stream > $4 ORDER BY stream LIMIT $2)
 UNION ALL
 (WITH waiting AS (
    SELECT stream FROM jl_limit_jobs WHERE status = 'parked'
@@ -25,8 +30,12 @@ UNION ALL
    SELECT home FROM jl_limit_jobs WHERE status = 'parked'
  )
  SELECT 'stranded', k.stream FROM waiting w JOIN jl_key_stats k ON k.stream = w.stream
- WHERE k.paused_at IS NULL AND k.in_use < k.concurrency_limit AND k.parked > 0
+ WHERE k.paused_at IS NULL AND k.in_use < k.concurrency_limit AND k.parked > 0 AND k.stream > $5
+ ORDER BY k.stream
  LIMIT $2)`;
+
+/** How long the database has been up (ms): a sweeper that starts leading after a restart it did not see gives leases their grace from then. */
+export const DATABASE_UPTIME_SQL = /* sql */ `SELECT (extract(epoch FROM now() - pg_postmaster_start_time()) * 1000)::float8 AS uptime_ms`;
 
 /** The `kind` column of SWEEP_CANDIDATES_SQL: what the sweeper submits for the stream. */
 export type SweepCandidate = 'expired' | 'due' | 'stranded';
