@@ -114,7 +114,7 @@ export class Ledger extends LedgerReader {
   private readonly outages: DatabaseOutages;
   private readonly random: () => number;
   private readonly log: Logger;
-  /** The workers worker() made, stopped by close(). */
+  /** The workers worker() made and that are not stopped yet: close() stops them (a stopped one leaves, so a process making workers over and over keeps none). */
   private readonly made = new Set<Worker>();
   private readonly sweeper: Sweeper;
   private readonly runners: AsyncProjectionRunner[];
@@ -266,7 +266,7 @@ export class Ledger extends LedgerReader {
   }
 
   /** Changes the key's limit, recorded with `by`; a raise promotes parked jobs at once. */
-  setLimit(input: { readonly key: string; readonly limit: number; readonly by: string }, metadata?: JsonObject): Promise<{ limit: number; promoted: string[] }> {
+  setLimit(input: { readonly key: string; readonly limit: number; readonly leaseMs?: number; readonly by: string }, metadata?: JsonObject): Promise<{ limit: number; promoted: string[] }> {
     return operator.setLimit(this.operatorDeps, input, metadata);
   }
 
@@ -341,7 +341,17 @@ export class Ledger extends LedgerReader {
   /** A worker running jobs from one dispatch queue; call start() on it, and stop() to shut it down gracefully. */
   worker(options: WorkerOptions): Worker {
     const worker = new Worker(
-      { writer: this.writer, queue: this.queue, db: this.pool, directHandoff: this.directHandoff, watchLostLeases: (lost) => this.watchLostLeases(lost), clock: this.clock, random: this.random, outages: this.outages },
+      {
+        writer: this.writer,
+        queue: this.queue,
+        db: this.pool,
+        directHandoff: this.directHandoff,
+        watchLostLeases: (lost) => this.watchLostLeases(lost),
+        clock: this.clock,
+        random: this.random,
+        outages: this.outages,
+        stopped: (stopped) => this.made.delete(stopped),
+      },
       this.log.child({ component: 'worker', queue: options.queue ?? 'default' }),
       options,
     );

@@ -137,7 +137,8 @@ export const planEnqueue = (input: EnqueueInput, now: number, field = ''): Plann
     key,
     limit: key === null ? 1 : i.limit,
     ownsLimit: key !== null && i.ownsLimit === true,
-    leaseMs: key === null ? i.leaseMs : undefined,
+    // A keyed job's lease is its own, and the key's too when it is the key's first enqueue.
+    leaseMs: i.leaseMs,
     job: {
       jobId,
       name: i.name,

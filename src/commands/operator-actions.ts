@@ -85,10 +85,10 @@ export const discard = async (deps: OperatorDeps, input: { readonly key: string;
   return { discarded: jobIdsOf(events, 'ParkedDiscarded') };
 };
 
-/** Changes the key's limit: SetLimit. A raise promotes parked jobs at once; a lowered limit preempts no one. */
-export const setLimit = async (deps: OperatorDeps, input: { readonly key: string; readonly limit: number; readonly by: string }, metadata?: JsonObject): Promise<{ limit: number; promoted: string[] }> => {
+/** Changes the key's limit, and its lease when `leaseMs` is given: SetLimit. A raise promotes parked jobs at once; a lowered limit preempts no one. */
+export const setLimit = async (deps: OperatorDeps, input: { readonly key: string; readonly limit: number; readonly leaseMs?: number; readonly by: string }, metadata?: JsonObject): Promise<{ limit: number; promoted: string[] }> => {
   const key = checkField('key', Key, input.key);
-  const command = checked<Command>({ type: 'SetLimit', limit: input.limit, by: input.by });
+  const command = checked<Command>({ type: 'SetLimit', limit: input.limit, by: input.by, ...(input.leaseMs === undefined ? {} : { leaseMs: input.leaseMs }) });
   const events = await run(deps, await existingKey(deps, key), command, metadata);
   return { limit: input.limit, promoted: jobIdsOf(events, 'JobPromoted') };
 };

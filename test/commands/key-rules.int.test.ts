@@ -154,3 +154,29 @@ describe('whenFull: what a job does when its key is full at enqueue', () => {
     await expect(ledger.enqueue({ name: 'solo', whenFull: 'reject' })).rejects.toThrow(/whenFull/);
   });
 });
+
+describe("a key's lease", () => {
+  it("issue 21 #8: the first enqueue's lease is the key's (measured before: KeyLimitSet leaseMs 30000, later jobs 30 s); a later enqueue's lease is its job's alone; set-limit changes the key's; each holder shows its own", async () => {
+    const key = 'lease:first';
+    await ledger.enqueue({ name: 'sync', key, limit: 3, leaseMs: 120_000, jobId: 'lf-1' });
+    await ledger.enqueue({ name: 'sync', key, jobId: 'lf-2' });
+    await ledger.enqueue({ name: 'sync', key, leaseMs: 600_000, jobId: 'lf-3' });
+    const events = await ledger.store.readStream(keyStream(key));
+    expect(events.filter((e) => e.type === 'KeyLimitSet').map((e) => e.data.leaseMs)).toEqual([120_000]);
+    expect(events.filter((e) => e.type === 'JobEnqueued').map((e) => [e.data.jobId, e.data.leaseMs])).toEqual([
+      ['lf-1', 120_000],
+      ['lf-2', 120_000],
+      ['lf-3', 600_000],
+    ]);
+    const detail = await ledger.keyDetail(key);
+    expect(detail?.leaseMs).toBe(120_000);
+    expect(detail?.holders.map((h) => [h.jobId, h.leaseMs])).toEqual([
+      ['lf-1', 120_000],
+      ['lf-2', 120_000],
+      ['lf-3', 600_000],
+    ]);
+    await ledger.setLimit({ key, limit: 3, leaseMs: 60_000, by: 'ops' });
+    await ledger.enqueue({ name: 'sync', key, jobId: 'lf-4' });
+    expect((await ledger.keyState(key)).state.jobs['lf-4']?.leaseMs).toBe(60_000);
+  });
+});

@@ -1,6 +1,14 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
+import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
+import { dispatchQueue } from '../../src/adapters/queue/pg-queue.js';
 import { defineJob, type JobContext } from '../../src/adapters/worker/define-job.js';
+import { Worker } from '../../src/adapters/worker/worker.js';
+import { keyEventId } from '../../src/commands/enqueue.js';
+import { KeyWriter, type KeyCommand } from '../../src/commands/key-writer.js';
+import { noOutages } from '../../src/domain/ports/outages.js';
+import { createDispatcher } from '../../src/projections/dispatcher.js';
+import { createReadModelProjections } from '../../src/projections/read-models.js';
 import type { RecordedEvent } from '../../src/domain/ports/event-store.js';
 import { silentLogger, type LogFn, type Logger } from '../../src/domain/ports/logger.js';
 import { keyStream } from '../../src/domain/streams.js';
@@ -276,6 +284,42 @@ describe('worker', () => {
     await until(async () => ran, (r) => r.length === 1, 'the retried job to run');
     await newer.stop();
     expect(ran).toEqual(['orphan']);
+  });
+
+  it('issue 21 #9: a Yield that fails at shutdown is logged, never an unhandled rejection that ends the process mid-stop', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => void unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      // The ledger's own wiring, with a writer whose Yields fail (the database went away as the worker stopped).
+      const store = new PostgresEventStore(db.pool, { inline: [createReadModelProjections(), createDispatcher(dispatchQueue)] });
+      const writer = new KeyWriter(store, store, { logger: silentLogger, eventId: keyEventId });
+      const failing = {
+        executeMany: (items: readonly KeyCommand[]) => (items.some((i) => i.command.type === 'Yield') ? Promise.reject(new Error('the database went away')) : writer.executeMany(items)),
+        readAndStart: writer.readAndStart.bind(writer),
+      };
+      const deps = { writer: failing, queue: ledger.queue, db: db.pool, directHandoff: true, watchLostLeases: () => ({ stop: async () => undefined }), clock: Date.now, random: Math.random, outages: noOutages };
+      // Its handler ignores the abort: at stop it is yielded, and the Yield fails.
+      const worker = new Worker(deps, silentLogger, { handlers: { stuck: () => new Promise(() => undefined) }, graceMs: 50, pollIntervalMs: 50 });
+      worker.start();
+      await ledger.enqueue({ name: 'stuck', key: 'stuck-at-stop', limit: 1, jobId: 'stuck-1' });
+      await until(async () => worker.active, (n) => n === 1, 'the handler to run');
+      await expect(worker.stop()).resolves.toBeUndefined();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
+  it('issue 21 #9: a stopped worker is let go by the ledger (it kept every worker it ever made)', async () => {
+    const made = (ledger as unknown as { made: Set<unknown> }).made;
+    for (let i = 0; i < 3; i++) {
+      const worker = ledger.worker({ handlers: {} });
+      worker.start();
+      await worker.stop();
+    }
+    expect(made.size).toBe(0);
   });
 
   it('issue 21 #1: a revoked lease aborts its handler at once (not at its next renewal; heartbeat off here: nothing else could tell it), and its slot passes on only once the handler returned', async () => {

@@ -34,6 +34,8 @@ export interface WorkerDeps {
   readonly random: () => number;
   /** Told of a failure the database's absence explains (logged once per outage there, not here). */
   readonly outages: Outages;
+  /** Called once stop() has finished: whoever keeps the worker (the Ledger, to stop it at close) lets it go. */
+  readonly stopped?: (worker: Worker) => void;
 }
 
 export interface WorkerOptions {
@@ -232,6 +234,7 @@ export class Worker {
     await this.settled();
     await this.leaseWatch?.stop();
     await this.presence.stop();
+    this.deps.stopped?.(this);
   }
 
   /** Resolves when every result of a returned handler is recorded (an aborted handler still running records none). */

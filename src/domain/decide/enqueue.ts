@@ -70,13 +70,15 @@ const limitPolicies = (job: JobSpec, ownsLimit: boolean, d: Decision): DomainErr
 };
 
 /**
- * The first enqueue of a key sets its limit; a later one changes it only when it owns the limit
- * (and a raise promotes at once). A later one with another lease changes the key's lease.
+ * The first enqueue of a key sets its limit and its lease (the job's own lease, when it names one);
+ * a later one changes them only when it owns the limit (and a raise promotes at once). A later
+ * one naming another lease gives it to its job alone: the key's stays what it was (issue 21,
+ * item 8: the README said the first enqueue's lease was the key's, and the ledger recorded 30 s).
  */
 const applyPolicy = (policy: KeyPolicy, d: Decision): void => {
   const configured = d.state.limit > 0;
   const limit = policy.limit ?? (configured ? d.state.limit : DEFAULT_LIMIT);
-  const leaseMs = policy.leaseMs ?? (configured ? d.state.leaseMs : DEFAULT_LEASE_MS);
+  const leaseMs = configured && policy.ownsLimit !== true ? d.state.leaseMs : (policy.leaseMs ?? (configured ? d.state.leaseMs : DEFAULT_LEASE_MS));
   if (configured && limit === d.state.limit && leaseMs === d.state.leaseMs) return;
   d.emit('KeyLimitSet', { limit, leaseMs, by: null });
   d.fillSlots();

@@ -49,7 +49,7 @@ export const registerEnqueue = (program: Command, ctx: CommandContext): void => 
     .option('--args <json>', 'arguments as JSON', json('--args'))
     .option('--key <key>', 'concurrency key')
     .option('--limit <n>', "the key's limit: at most n jobs of the key run at once (default: the key's; 1 for a new key)", integer('--limit'))
-    .option('--lease <duration>', "lease: how long a worker may stay silent, at least 1s (default: the key's; 30s for a new key)", duration('--lease'))
+    .option('--lease <duration>', "lease: how long a worker may stay silent, at least 1s; the key's first enqueue makes it the key's lease too (default: the key's; 30s for a new key)", duration('--lease'))
     .option('--priority <p>', 'smaller runs first (default: 0)', integer('--priority'))
     .option('--run-at <iso>', 'run at this time', isoTime('--run-at'))
     .option('--delay <duration>', 'run after this delay', duration('--delay'))

@@ -3,21 +3,23 @@ import { withLedger, type CommandContext } from '../context.js';
 import { asUsage } from '../errors.js';
 import { CLI_METADATA, withBy, type ByFlag } from '../operator.js';
 import { print } from '../output.js';
-import { integer } from '../parse.js';
+import { duration, integer } from '../parse.js';
 
-const FLAG_OF = { key: '--key', limit: '--limit', by: '--by' };
+const FLAG_OF = { key: '--key', limit: '--limit', leaseMs: '--lease', by: '--by' };
 
 export const registerSetLimit = (program: Command, ctx: CommandContext): void => {
   withBy(
     program
       .command('set-limit')
-      .description("change a key's limit: a raise promotes parked jobs at once; a lowered limit preempts no one (holders above it finish)")
+      .description("change a key's limit (and its lease): a raise promotes parked jobs at once; a lowered limit preempts no one (holders above it finish)")
       .requiredOption('--key <key>', 'the concurrency key')
-      .requiredOption('--limit <n>', 'at most n jobs of the key run at once', integer('--limit')),
+      .requiredOption('--limit <n>', 'at most n jobs of the key run at once', integer('--limit'))
+      .option('--lease <duration>', "the key's lease from now on (jobs enqueued later without a lease of their own take it)", duration('--lease')),
   )
     .option('--json', 'machine-readable output')
-    .action(async (flags: ByFlag & { key: string; limit: number; json?: boolean }) => {
-      const result = await withLedger(ctx, (ledger) => ledger.setLimit({ key: flags.key, limit: flags.limit, by: flags.by }, CLI_METADATA).catch(asUsage(FLAG_OF)));
+    .action(async (flags: ByFlag & { key: string; limit: number; lease?: number; json?: boolean }) => {
+      const input = { key: flags.key, limit: flags.limit, by: flags.by, ...(flags.lease === undefined ? {} : { leaseMs: flags.lease }) };
+      const result = await withLedger(ctx, (ledger) => ledger.setLimit(input, CLI_METADATA).catch(asUsage(FLAG_OF)));
       print({ json: flags.json === true }, result, () =>
         [`key ${flags.key}: limit ${result.limit} (by ${flags.by})`, ...result.promoted.map((jobId) => `promoted parked job ${jobId}`)].join('\n'),
       );

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import * as t from 'io-ts';
 import { Reason } from '../../../domain/commands.js';
 import { UnknownKeyError } from '../../../domain/errors.js';
-import { Actor, JobId, Key, Limit } from '../../../domain/values.js';
+import { Actor, JobId, Key, LeaseMs, Limit } from '../../../domain/values.js';
 import type { Ledger } from '../../ledger.js';
 import type { HolderCounts, KeyRow } from '../../postgres/queries/list-keys.js';
 import type { QueueRow } from '../../postgres/queries/queues.js';
@@ -53,7 +53,7 @@ const sumCounts = (keys: readonly KeyRow[]): HolderCounts =>
 const KeyQuery = closedObject({ key: Key }, {});
 const ReleaseBody = closedObject({ key: Key }, { jobId: JobId, by: Actor, force: t.boolean });
 const DiscardBody = closedObject({ key: Key }, { jobIds: t.array(JobId), by: Actor });
-const LimitBody = closedObject({ key: Key, limit: Limit }, { by: Actor });
+const LimitBody = closedObject({ key: Key, limit: Limit }, { by: Actor, leaseMs: LeaseMs });
 const PauseBody = closedObject({ key: Key }, { by: Actor, reason: Reason });
 
 export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger): void => {
@@ -115,7 +115,7 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger): void =>
 
   app.post('/api/keys/limit', async (request) => {
     const body = decodeInput(LimitBody, request.body, '(body)');
-    return ledger.setLimit({ key: body.key, limit: body.limit, by: operator(request, body.by) }, VIA);
+    return ledger.setLimit({ key: body.key, limit: body.limit, by: operator(request, body.by), ...(body.leaseMs === undefined ? {} : { leaseMs: body.leaseMs }) }, VIA);
   });
 
   const pauseInput = (request: FastifyRequest) => {
