@@ -21,12 +21,15 @@ import { verify } from '../../src/projections/verify.js';
 //   and every further limit it is under have room;
 // - audit: each handler ran inside its slot's tenure as the ledger records it (JobStarted ..
 //   SlotReleased of its lease);
-// - replay: the read models are what replaying the ledger gives (replay --verify).
+// - replay: the read models are what replaying the ledger gives (replay --verify);
+// - given back: no job no worker knows is offered again past the give-back bound (issue 21 #6).
 
 export interface ModelWorld {
   readonly keys: Readonly<Record<string, number>>;
   readonly limitKeys: Readonly<Record<string, number>>;
   readonly queueCaps: Readonly<Record<string, number>>;
+  /** Workers' unknownJobDeadAfterMs: a job given back this long since its first give-back is dead, never offered again. */
+  readonly giveBackDeadAfterMs: number;
 }
 
 export interface HandlerRun {
@@ -89,7 +92,9 @@ export interface CheckInput {
 
 export const checkRun = async ({ pool, world, runs, phase }: CheckInput): Promise<Violation[]> => {
   const ledger = await readLedger(pool);
-  return phase === 'quiet' ? stranded(world, ledger) : [...limitsAndTwice(world, ledger, runs), ...rejections(ledger), ...discarded(ledger), ...audit(ledger, runs), ...(await replay(pool))];
+  return phase === 'quiet'
+    ? stranded(world, ledger)
+    : [...limitsAndTwice(world, ledger, runs), ...rejections(ledger), ...discarded(ledger), ...givenBack(world, ledger), ...audit(ledger, runs), ...(await replay(pool))];
 };
 
 /** Each stream's state folded from its events (those passing `keep`). */
@@ -205,6 +210,20 @@ const discarded = (ledger: readonly Recorded[]): Violation[] => {
   for (const r of ledger) {
     if (r.event.type === 'DeadDiscarded') gone.add(r.event.data.jobId);
     if (r.event.type === 'JobRetried' && gone.has(r.event.data.jobId)) out.push({ check: 'discarded', message: `${r.event.data.jobId} was discarded as dead, then retried (${r.stream} revision ${r.revision})` });
+  }
+  return out;
+};
+
+const givenBack = (world: ModelWorld, ledger: readonly Recorded[]): Violation[] => {
+  const out: Violation[] = [];
+  const first = new Map<string, number>();
+  for (const { event: e } of ledger) {
+    // A handler that ran it (JobFailed), or an operator's retry, starts the count over.
+    if (e.type === 'JobFailed' || e.type === 'JobRetried') first.delete(e.data.jobId);
+    if (e.type !== 'JobYielded' || e.data.retryAt === undefined) continue;
+    const since = first.get(e.data.jobId) ?? e.data.at;
+    first.set(e.data.jobId, since);
+    if (e.data.at - since >= world.giveBackDeadAfterMs) out.push({ check: 'given back', message: `${e.data.jobId} was given back and offered again ${e.data.at - since} ms after its first give-back (bound ${world.giveBackDeadAfterMs} ms)` });
   }
   return out;
 };

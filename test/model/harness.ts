@@ -28,6 +28,7 @@ export const WORLD: ModelWorld = {
   keys: { k1: 1, k2: 2 },
   limitKeys: { l1: 1 },
   queueCaps: { q1: 2 },
+  giveBackDeadAfterMs: 1_500,
 };
 
 export interface ModelOptions {
@@ -173,7 +174,7 @@ export const runModel = async (options: ModelOptions): Promise<ModelResult> => {
         // The last ledger's q2 worker renews no lease: its long jobs lapse, and the slot passes on.
         const heartbeat = !(i === nLedgers - 1 && queue === 'q2');
         const label = `L${i}/${queue}`;
-        const worker = ledger.worker({ queue, handlers: handlers(label, heartbeat), concurrency: queue === 'q1' ? 3 : 2, heartbeat, unknownJobDelayMs: GIVE_BACK_DELAY_MS, pollIntervalMs: 200, graceMs: 500, workerId: label });
+        const worker = ledger.worker({ queue, handlers: handlers(label, heartbeat), concurrency: queue === 'q1' ? 3 : 2, heartbeat, unknownJobDelayMs: GIVE_BACK_DELAY_MS, unknownJobDeadAfterMs: WORLD.giveBackDeadAfterMs, pollIntervalMs: 200, graceMs: 500, workerId: label });
         worker.start();
         workers.push({ ledger: i, worker, heartbeat });
       }
@@ -360,6 +361,12 @@ export const runModel = async (options: ModelOptions): Promise<ModelResult> => {
   }
   try {
     violations.push(...(await checkRun({ pool: admin, world: WORLD, runs, phase: 'final', databaseUrl: options.databaseUrl })));
+    // What the run reached, from the ledger: the paths the checks speak of.
+    const { rows } = await admin.query<{ what: string; n: number }>(
+      `SELECT CASE WHEN type = 'LeaseRevoked' AND data ? 'cancel' THEN 'cancel of a running job' WHEN type = 'JobDead' AND data->>'reason' LIKE 'no worker knows%' THEN 'dead: no worker knows' ELSE type END AS what, count(*)::int AS n
+       FROM events WHERE type IN ('LeaseRevoked', 'LeaseExpired', 'JobRejected', 'JobDead', 'DeadDiscarded', 'JobRetried', 'LimitHeld', 'ParkedReplaced') GROUP BY 1`,
+    );
+    for (const r of rows) stats[r.what] = r.n;
   } finally {
     await admin.end();
   }
