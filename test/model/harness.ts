@@ -203,13 +203,14 @@ export const runModel = async (options: ModelOptions): Promise<ModelResult> => {
       const n = jobs.length;
       const keyed = rng.chance(0.8);
       const key = keyed ? rng.pick(Object.keys(WORLD.keys)) : null;
-      const limits = keyed && rng.chance(0.25) ? Object.keys(WORLD.limitKeys) : [];
+      const limits = keyed && rng.chance(0.35) ? Object.keys(WORLD.limitKeys) : [];
       const queue = rng.chance(0.6) ? 'q1' : 'q2';
       const name = rng.chance(0.08) ? 'ghost' : 'work';
       const job: Job = { jobId: `j${n}`, name, key, limits, queue };
       jobs.push(job);
       const whenFull = keyed ? rng.weighted({ park: 6, reject: 3, replace: 1 }) : 'park';
-      const ms = rng.weighted({ 10: 3, 60: 4, 250: 3, 1_500: 1 });
+      // q2's long jobs outlive their 1 s lease: on the worker without a heartbeat they lapse.
+      const ms = rng.weighted({ 10: 3, 60: 4, 250: 3, 1_500: queue === 'q2' ? 4 : 1 });
       const input = {
         jobId: job.jobId,
         name,
@@ -221,7 +222,10 @@ export const runModel = async (options: ModelOptions): Promise<ModelResult> => {
         ...(limits.length > 0 ? { limits: limits.map((k) => ({ key: k, limit: WORLD.limitKeys[k]! })) } : {}),
         ...(rng.chance(0.1) ? { delayMs: rng.int(50, 600) } : {}),
       };
-      const at = someLedger();
+      // Mostly the key's own producer (a process per tenant), so each ledger writes its keys last
+      // and trusts its copy of them, while the limit keys are shared: the stale reads of item 4.
+      const home = key === null ? someLedger() : Object.keys(WORLD.keys).indexOf(key) % nLedgers;
+      const at = rng.chance(0.75) ? home : someLedger();
       count('enqueue');
       return fire(`L${at} enqueue ${JSON.stringify(input)}`, () => ledgers[at]!.enqueue(input));
     };

@@ -2,7 +2,7 @@ import * as E from 'fp-ts/lib/Either.js';
 import { retryDelayMs } from '../backoff.js';
 import type { DomainError } from '../errors.js';
 import { mk, type EventData, type KeyEvent, type KeyEventType, type ReleaseReason } from '../events.js';
-import { apply, isUnderLimits, lineAfter, nextParked, type Draft, type JobEntry, type JobState, type KeyState, type LinePlace } from '../key-state.js';
+import { isUnderLimits, lineAfter, nextParked, type Draft, type JobEntry, type JobState, type KeyState, type LinePlace } from '../key-state.js';
 import { keyStream, queueCapKey } from '../streams.js';
 
 /**
@@ -44,17 +44,14 @@ export class Decision {
   /** The key's state as the events so far leave it, changed in place, so each event costs O(1). */
   private readonly draft: Draft;
 
-  /**
-   * `apply` folds each emitted event into `draft`: a copy of the key's state (decide) or the
-   * caller's own state through its Scratch (decideInto).
-   */
+  /** `applyEvent` folds each emitted event into `draft`, the caller's state, through its Scratch (decideAcross). */
   constructor(
     draft: Draft,
     readonly now: number,
-    private readonly applyEvent: (event: KeyEvent) => void = (event) => apply(draft, event),
+    private readonly applyEvent: (event: KeyEvent) => void,
     /** This decision's stream (named in a limit key's events as the home of its jobs). */
-    readonly stream = '',
-    private readonly across?: Across,
+    readonly stream: string,
+    private readonly across: Across,
   ) {
     this.draft = draft;
   }
@@ -65,7 +62,7 @@ export class Decision {
 
   /** The decision on another stream of the same flush (undefined when it is not at hand). */
   on(stream: string): Decision | undefined {
-    return stream === this.stream ? this : this.across?.on(stream);
+    return stream === this.stream ? this : this.across.on(stream);
   }
 
   emit<T extends KeyEventType>(type: T, data: Omit<EventData<T>, 'at'>): void {
@@ -92,7 +89,7 @@ export class Decision {
           break;
         case 'SlotReleased':
           other.emit('LimitReleased', { jobId, leaseId: event.data.leaseId, reason: event.data.reason });
-          this.across!.serve(other.stream);
+          this.across.serve(other.stream);
           break;
         case 'JobCancelled':
         case 'ParkedDiscarded':
@@ -106,7 +103,7 @@ export class Decision {
   /** The decisions of a home job's limit keys; StreamsNeeded when one is not at hand. */
   private limitDecisions(job: JobState & { limits: string[] }): Decision[] {
     const streams = job.limits.map(keyStream);
-    const found = streams.map((s) => this.across?.on(s));
+    const found = streams.map((s) => this.across.on(s));
     const missing = streams.filter((_, i) => found[i] === undefined);
     if (missing.length > 0) throw new StreamsNeeded(missing);
     return found as Decision[];
@@ -119,7 +116,7 @@ export class Decision {
   private othersOf(job: JobState & { limits: string[] }): Decision[] | undefined {
     const out: Decision[] = [];
     for (const s of this.otherStreams(job)) {
-      const d = this.across?.on(s);
+      const d = this.across.on(s);
       if (d === undefined) return undefined;
       out.push(d);
     }
@@ -132,7 +129,7 @@ export class Decision {
 
   /** The streams of a job that are not at hand. */
   private missingOf(job: JobState & { limits: string[] }): string[] {
-    return this.otherStreams(job).filter((s) => this.across?.on(s) === undefined);
+    return this.otherStreams(job).filter((s) => this.across.on(s) === undefined);
   }
 
   /**
@@ -214,7 +211,7 @@ export class Decision {
    * that key's line. Lines freed on other keys by this decision are served first.
    */
   fillSlots(after?: LinePlace): void {
-    this.across?.serveQueued();
+    this.across.serveQueued();
     let place = after;
     while (this.hasFreeSlot()) {
       // As many as there are free slots: a job passed over makes the next round read on from it.
@@ -227,13 +224,13 @@ export class Decision {
         const turn = isUnderLimits(next) ? this.turnOf(next) : 'now';
         if (typeof turn === 'object') {
           // Streams it needs are not at hand: the rest of this line, and its free slots, wait for a FillSlots that has them.
-          this.across?.fillLater(this.stream, place, turn.later);
+          this.across.fillLater(this.stream, place, turn.later);
           this.servedLater = true;
           return;
         }
         if (turn === 'after') {
           // A job ahead of it in another of its lines goes first; this line is served again after that one.
-          this.across?.serve(this.stream);
+          this.across.serve(this.stream);
           return;
         }
         if (turn === 'now') (next.home === undefined ? this : this.on(next.home)!).promote(next.jobId);
@@ -260,12 +257,12 @@ export class Decision {
     for (const other of others) {
       const ahead = other.takerAhead(job.jobId);
       if (typeof ahead === 'object') {
-        other.across?.fillLater(other.stream, undefined, ahead.later);
+        other.across.fillLater(other.stream, undefined, ahead.later);
         other.servedLater = true;
         return ahead;
       }
       if (ahead) {
-        this.across?.serve(other.stream);
+        this.across.serve(other.stream);
         return 'after';
       }
     }
