@@ -676,12 +676,10 @@ export class KeyWriter {
    * its own. If this process dies first, the sweeper's fillStranded does it.
    */
   private fillLater(stream: string, { after, needs }: FillLater): void {
-    // A line waiting on a stream that cannot be read waits for the sweeper once it reads again.
-    const unreadable = needs.find((s) => this.quarantined.has(s));
-    if (unreadable !== undefined) {
-      this.log.debug({ stream, unreadable }, 'a line waits on a quarantined stream');
-      return;
-    }
+    // Tried even when this writer last found a stream it needs quarantined: that note may be stale
+    // (fixed since, read by another process), and skipping left the line to a sweeper (with none
+    // running, a job waited with every limit free: the model checker found it). While the stream
+    // still does not decode, the FillSlots fails and the sweeper serves the line once it does.
     const pending = after === undefined ? stream : `${stream} ${after.priority} ${after.seq}`;
     if (this.filling.has(pending)) return;
     this.filling.add(pending);
@@ -690,7 +688,11 @@ export class KeyWriter {
     // Planned with the streams the line was found to need, so the FillSlots has them at hand.
     this.learned.set(item, new Set(needs));
     this.executeMany([item])
-      .catch((error: unknown) => this.log.warn({ err: error, stream }, 'serving a line that waits on further limits failed: the sweeper serves it'))
+      .catch((error: unknown) =>
+        error instanceof EventDecodeError
+          ? this.log.debug({ stream, unreadable: error.stream }, 'a line waits on a quarantined stream: the sweeper serves it once it decodes')
+          : this.log.warn({ err: error, stream }, 'serving a line that waits on further limits failed: the sweeper serves it'),
+      )
       .finally(() => this.filling.delete(pending));
   }
 
