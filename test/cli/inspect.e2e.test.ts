@@ -31,6 +31,7 @@ beforeAll(async () => {
   await s.start('acme', 'b', 'w2');
   s.at(BASE + 5 * SEC);
   await ledger.release({ key: 'acme', jobId: 'b', by: 'alice' });
+  await s.stopped('acme', 'b');
   s.at(BASE + 1_800 * SEC);
   await s.run('acme', { type: 'AdmitDue' });
   await s.start('acme', 'a', 'w1');

@@ -37,20 +37,28 @@ const recorded = async (key: string, fromRevision: number) =>
 const expectRefused = (args: readonly string[], named: string) => expectRefusedBy(jobledger, () => s.eventCount(), args, named);
 
 describe('jobledger release', () => {
-  it('revokes a live holder, recorded with who did it; the parked job takes the slot', async () => {
+  it('revokes a live holder, recorded with who did it, and says its handler is told to stop: its slot passes on once it has', async () => {
     const from = await keyWith('rel', 'r1', ['r2']);
     const result = await jobledger('release', '--key', 'rel', '--job', 'r1', '--by', 'alice');
     expect(result.code, result.stderr).toBe(0);
-    expect(result.stdout).toContain('revoked the lease of job r1 on key rel (by alice)');
-    expect(await recorded('rel', from)).toEqual(['LeaseRevoked r1 alice', 'SlotReleased r1 revoked', 'JobScheduled r1', 'JobPromoted r2']);
+    expect(result.stdout).toContain('revoked the lease of job r1 on key rel (by alice); it is running: its handler is told to stop, and its slot passes on when it has');
+    expect(await recorded('rel', from)).toEqual(['LeaseRevoked r1 alice']);
+  });
+
+  it('--force frees a running holder whose worker is gone at once: the parked job takes the slot, recorded as forced', async () => {
+    const from = await keyWith('rel-force', 'rf1', ['rf2']);
+    const result = await jobledger('release', '--key', 'rel-force', '--job', 'rf1', '--by', 'alice', '--force', '--json');
+    expect(result.code, result.stderr).toBe(0);
+    expect(JSON.parse(result.stdout)).toEqual({ released: ['rf1'], stopping: [] });
+    expect(await recorded('rel-force', from)).toEqual(['LeaseRevoked rf1 alice', 'SlotReleased rf1 revoked', 'JobScheduled rf1', 'JobPromoted rf2']);
   });
 
   it('--json, every holder, and --by defaults to the OS user', async () => {
     const from = await keyWith('rel-all', 'ra1', []);
     const result = await jobledger('release', '--key', 'rel-all', '--json');
     expect(result.code, result.stderr).toBe(0);
-    expect(JSON.parse(result.stdout)).toEqual({ released: ['ra1'] });
-    expect(await recorded('rel-all', from)).toEqual([`LeaseRevoked ra1 ${userInfo().username}`, 'SlotReleased ra1 revoked', 'JobScheduled ra1']);
+    expect(JSON.parse(result.stdout)).toEqual({ released: ['ra1'], stopping: ['ra1'] });
+    expect(await recorded('rel-all', from)).toEqual([`LeaseRevoked ra1 ${userInfo().username}`]);
   });
 
   it.each([
@@ -154,7 +162,7 @@ describe('jobledger cancel', () => {
     const before = await s.eventCount();
     const again = await jobledger('cancel', '--job', 'c2', '--json');
     expect(again.code).toBe(0);
-    expect(JSON.parse(again.stdout)).toEqual({ jobId: 'c2', cancelled: false });
+    expect(JSON.parse(again.stdout)).toEqual({ jobId: 'c2', cancelled: false, stopping: false });
     expect(await s.eventCount()).toBe(before);
   });
 

@@ -120,7 +120,7 @@ describe('a database the CLI cannot use is one line naming DATABASE_URL and what
 describe('--help', () => {
   it('shows durations with their unit', async () => {
     const enqueue = (await jobledger('enqueue', '--help')).stdout.replace(/\s+/g, ' ');
-    expect(enqueue).toContain("--lease <duration> lease: how long a worker may stay silent, at least 1s (default: the key's; 30s for a new key)");
+    expect(enqueue).toContain("--lease <duration> lease: how long a worker may stay silent, at least 1s; the key's first enqueue makes it the key's lease too (default: the key's; 30s for a new key)");
     const worker = (await jobledger('worker', '--help')).stdout.replace(/\s+/g, ' ');
     expect(worker).toContain('(default: 10s)');
     expect(worker).not.toMatch(/default: \d{4,}\)/);

@@ -219,14 +219,21 @@ describe('stacked limits and a queue cap across worker processes', () => {
     expect(verified.code, verified.stdout + verified.stderr).toBe(0);
   });
 
-  it('a worker restarted with --queue-cap builds=4 records KeyLimitSet 4 by config, and then up to 4 run at once', async () => {
+  it('issue 21 #2: a worker restarted with --queue-cap builds=4 is refused (the ledger holds 3); the operator raises the cap with set-limit, recorded with who, and then up to 4 run at once', async () => {
     expect(ledger, 'the first case ran').toBeDefined();
     const restarted = procs.find((p) => p.name === 'worker-3')!;
     await stop(restarted, 10_000);
     expect(restarted.child.exitCode, restarted.stderr.slice(-1_000)).toBe(0);
+    const refused = startWorker('worker-3x', 4);
+    await refused.exited;
+    expect(refused.child.exitCode, refused.stderr).toBe(2);
+    expect(refused.stderr).toContain(`queue "${QUEUE}" has cap 3 in the ledger, not 4`);
+    expect(await limitSets(CAP_KEY)).toEqual([[3, 'config']]);
+    const raise = await runCli(db.url, ['set-limit', '--key', CAP_KEY, '--limit', '4', '--by', 'ops']);
+    expect(raise.code, raise.stderr).toBe(0);
     const raised = startWorker('worker-3b', 4);
     await untilReading(raised);
-    expect(await limitSets(CAP_KEY)).toEqual([[3, 'config'], [4, 'config']]);
+    expect(await limitSets(CAP_KEY)).toEqual([[3, 'config'], [4, 'ops']]);
 
     const MORE = 48;
     const jobs = Array.from({ length: MORE }, (_, i) => job(i, 'r'));
@@ -247,6 +254,6 @@ describe('stacked limits and a queue cap across worker processes', () => {
     await until(leftovers, (l) => l.parked + l.slots + l.guests === 0, 'no parked job, slot or limit-key guest left');
     const verified = await runCli(db.url, ['replay', '--verify']);
     expect(verified.code, verified.stdout + verified.stderr).toBe(0);
-    for (const w of procs.filter((p) => p !== restarted)) expect({ name: w.name, running: running(w), stderr: w.stderr.slice(-1_000) }).toMatchObject({ running: true });
+    for (const w of procs.filter((p) => p !== restarted && p !== refused)) expect({ name: w.name, running: running(w), stderr: w.stderr.slice(-1_000) }).toMatchObject({ running: true });
   });
 });
