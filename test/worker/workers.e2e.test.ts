@@ -196,7 +196,7 @@ describe('workers as separate processes', () => {
     await foldChecked(key);
   });
 
-  it("revoking a running holder's lease aborts its handler's signal, and its later Complete is refused", async () => {
+  it("revoking a running holder's lease aborts its handler's signal; its worker says it stopped (the slot passes on then), and a later Complete is refused", async () => {
     await setup();
     const key = 'revoked';
     await ledger.enqueue({ name: 'sleep', args: { ms: 5_000 }, key, limit: 1, leaseMs: 1_000, jobId: 'doomed' });
@@ -206,6 +206,11 @@ describe('workers as separate processes', () => {
     expect(E.isRight(revoked)).toBe(true);
     const [run] = await until(runs, (r) => r[0]?.outcome === 'aborted', 'the handler to be aborted', 10_000);
     expect(Number(run!.ended_ms) - Number(run!.started_ms)).toBeLessThan(5_000);
+    // The worker process's Stopped: the slot goes only now, after the handler returned.
+    const events = await until(() => eventsOf(key), (es) => es.some((e) => e.type === 'SlotReleased' && e.data.leaseId === 'doomed:1'), 'the worker to say the handler stopped');
+    const released = events.find((e) => e.type === 'SlotReleased' && e.data.leaseId === 'doomed:1')!;
+    expect(released.data.reason).toBe('revoked');
+    expect(Number(released.data.at)).toBeGreaterThanOrEqual(Number(run!.ended_ms));
     const late = await ledger.execute(keyStream(key), { type: 'Complete', jobId: 'doomed', leaseId: 'doomed:1' });
     expect(E.isLeft(late) && late.left.tag).toBe('StaleLease');
     expect((await eventsOf(key)).filter((e) => e.type === 'JobCompleted')).toEqual([]);
