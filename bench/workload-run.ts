@@ -40,6 +40,18 @@ export interface RunConfig {
   readonly graceMs: number;
   /** Interval of the slots-per-key sampler (keyed workloads). */
   readonly sampleMs: number;
+  /** Also count the row versions each table took during the run (pg_stat_user_tables deltas: bench/rows.bench.ts). */
+  readonly rows?: boolean;
+}
+
+/** What the run did to one table: tuples inserted, updated (HOT ones among them) and deleted, and its indexes. */
+export interface TableRows {
+  readonly table: string;
+  readonly inserted: number;
+  readonly updated: number;
+  readonly hotUpdated: number;
+  readonly deleted: number;
+  readonly indexes: number;
 }
 
 export interface Sampled {
@@ -69,6 +81,8 @@ export type Measured = Metrics & {
   readonly rollbacks: number;
   readonly samplerCommitsExcluded: number;
   readonly sampledActive: Sampled | null;
+  /** With RunConfig.rows: each table the run wrote, by the counters' deltas. */
+  readonly tables?: readonly TableRows[];
 };
 
 export type RunResult = RunBase & { readonly runSeconds: number; readonly errorCount: number; readonly errors: readonly string[] } & (
@@ -112,6 +126,35 @@ interface Xact {
   readonly commit: number;
   readonly rollback: number;
 }
+
+/**
+ * Each table's counters, read on a connection to the run's database (pg_stat_user_tables is per
+ * database), opened and closed here: read when no other session is connected, so every backend
+ * has flushed its statistics.
+ */
+const readTables = async (url: string): Promise<Map<string, TableRows>> => {
+  const client = new pg.Client({ connectionString: url, application_name: 'jobledger-bench-rows' });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ table: string; ins: string; upd: string; hot: string; del: string; indexes: number }>(
+      `SELECT t.relname AS table, t.n_tup_ins AS ins, t.n_tup_upd AS upd, t.n_tup_hot_upd AS hot, t.n_tup_del AS del,
+              (SELECT count(*)::int FROM pg_index i WHERE i.indrelid = t.relid) AS indexes
+       FROM pg_stat_user_tables t`,
+    );
+    return new Map(rows.map((r) => [r.table, { table: r.table, inserted: Number(r.ins), updated: Number(r.upd), hotUpdated: Number(r.hot), deleted: Number(r.del), indexes: r.indexes }]));
+  } finally {
+    await client.end();
+  }
+};
+
+const tableDeltas = (before: ReadonlyMap<string, TableRows>, after: ReadonlyMap<string, TableRows>): TableRows[] =>
+  [...after.values()]
+    .map((a) => {
+      const b = before.get(a.table);
+      return { table: a.table, inserted: a.inserted - (b?.inserted ?? 0), updated: a.updated - (b?.updated ?? 0), hotUpdated: a.hotUpdated - (b?.hotUpdated ?? 0), deleted: a.deleted - (b?.deleted ?? 0), indexes: a.indexes };
+    })
+    .filter((d) => d.inserted + d.updated + d.deleted > 0)
+    .sort((x, y) => x.table.localeCompare(y.table));
 
 const readXact = async (admin: pg.Client, db: string): Promise<Xact> => {
   // stats_fetch_consistency may cache a snapshot: drop it so this reads the shared counters anew.
@@ -336,6 +379,9 @@ const measure = async (x: Context): Promise<Measured> => {
   await (await openLedger(url, 'install', cfg.options, role('install'))).close();
   const left = await waitNoSessions(admin, db);
   if (left > 0) onError(`${left} sessions still connected after install`);
+  // Its own session gone before the commits are counted: it adds none to the run's.
+  const t0 = cfg.rows === true ? await readTables(url) : undefined;
+  if (t0 !== undefined) await waitNoSessions(admin, db);
   const x0 = await readXact(admin, db);
 
   for (let i = 0; i < w.processes; i++) children.push(forkWorker(i, x.dir, onError));
@@ -360,6 +406,7 @@ const measure = async (x: Context): Promise<Measured> => {
   const left2 = await waitNoSessions(admin, db);
   if (left2 > 0) onError(`${left2} sessions still connected at the end; the commit count may be incomplete`);
   const x1 = await readXact(admin, db);
+  const tables = t0 === undefined ? undefined : tableDeltas(t0, await readTables(url));
 
   const metrics = computeMetrics(readRecords(children.map((c) => c.recordFile)), w, timed.enqueueStartNs, timed.enqueueEndNs);
   const samplerCommits = x.sampler?.commits() ?? 0;
@@ -372,6 +419,7 @@ const measure = async (x: Context): Promise<Measured> => {
     rollbacks: x1.rollback - x0.rollback,
     samplerCommitsExcluded: samplerCommits,
     sampledActive: x.sampler?.result() ?? null,
+    ...(tables === undefined ? {} : { tables }),
   };
 };
 
