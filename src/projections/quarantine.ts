@@ -11,6 +11,11 @@ import type { Queryable } from './transaction.js';
 // - an async runner ("projection:<name>"): in the batch it held the stream back from; it re-reads
 //   the stream every retry, applies what it held back and deletes the row in one transaction.
 
+/** The moment each stream's leases could be renewed again (migration 0014), written before its quarantine row goes. */
+const LEASE_GRACE_SQL = `
+INSERT INTO jl_lease_grace (stream, since_ms) SELECT stream, $2 FROM unnest($1::text[]) AS stream
+ON CONFLICT (stream) DO UPDATE SET since_ms = greatest(jl_lease_grace.since_ms, excluded.since_ms)`;
+
 /** The key writer's reader name. */
 export const WRITER = 'writer';
 
@@ -67,10 +72,11 @@ export const loadQuarantines = async (db: Queryable, reader: string): Promise<Ma
 
 /**
  * The key writer's quarantines read again (the sweeper, each sweep): each stream from where it
- * stopped. One that decodes now is over (its row goes); one that still does not is recorded
- * where it stops now (last_seen moves on). Returns the streams whose quarantine ended.
+ * stopped. One that decodes now is over (its row goes, and its leases get their grace from `now`,
+ * jl_lease_grace); one that still does not is recorded where it stops now (last_seen moves on).
+ * Returns the streams whose quarantine ended.
  */
-export const recheckWriterQuarantines = async (db: Queryable): Promise<string[]> => {
+export const recheckWriterQuarantines = async (db: Queryable, now: number): Promise<string[]> => {
   const held = await loadQuarantines(db, WRITER);
   if (held.size === 0) return [];
   const { rows } = await db.query<{ stream: string; revision: string; position: string; commit_id: string; type: string; data: JsonObject; metadata: JsonObject }>(
@@ -92,7 +98,8 @@ export const recheckWriterQuarantines = async (db: Queryable): Promise<string[]>
     }
   }
   const cleared = [...held.values()].filter((q) => !still.has(q.stream));
-  for (const s of [...(still.size > 0 ? [recordQuarantines(WRITER, [...still.values()])] : []), ...(cleared.length > 0 ? [clearQuarantines(WRITER, cleared)] : [])]) {
+  const grace = cleared.length > 0 ? [statement(LEASE_GRACE_SQL, cleared.map((q) => q.stream), now)] : [];
+  for (const s of [...(still.size > 0 ? [recordQuarantines(WRITER, [...still.values()])] : []), ...grace, ...(cleared.length > 0 ? [clearQuarantines(WRITER, cleared)] : [])]) {
     await db.query(s.text, s.values as unknown[]);
   }
   return cleared.map((q) => q.stream);

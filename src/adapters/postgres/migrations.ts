@@ -13,6 +13,7 @@ import { eventArchive } from './migrations/0010-event-archive.js';
 import { queueName } from './migrations/0011-queue-name.js';
 import { stoppingHolders } from './migrations/0012-stopping-holders.js';
 import { readChecks } from './migrations/0013-read-checks.js';
+import { leaseGrace } from './migrations/0014-lease-grace.js';
 
 export interface Migration {
   /** Applied in increasing order; never renumber or edit one that has shipped, append a new one. */
@@ -22,7 +23,7 @@ export interface Migration {
   readonly sql: string;
 }
 
-export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName, stoppingHolders, readChecks];
+export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName, stoppingHolders, readChecks, leaseGrace];
 
 /**
  * Applies the pending migrations, all in one transaction: a process sees the whole schema or the

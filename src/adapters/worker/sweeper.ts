@@ -6,6 +6,7 @@ import type { Outages } from '../../domain/ports/outages.js';
 import { AdvisoryLeader, type AdvisoryLock } from '../../projections/leader.js';
 import { recheckWriterQuarantines } from '../../projections/quarantine.js';
 import { MAX_LEASE_MS } from '../../domain/values.js';
+import { LEASE_GRACE_PRUNE_SQL, LEASE_GRACE_SQL } from '../postgres/queries/lease-grace.js';
 import { DATABASE_UPTIME_SQL, SWEEP_CANDIDATES_SQL, type SweepCandidate } from '../postgres/queries/sweep-candidates.js';
 
 export interface SweeperOptions {
@@ -47,8 +48,6 @@ export class Sweeper {
   private seenGeneration: number | undefined;
   /** A sweep failed because the database did not answer. */
   private outageSeen = false;
-  /** When each stream's quarantine ended (its renewals and results failed until then), kept a day (the longest lease). */
-  private readonly unquarantinedAt = new Map<string, number>();
   /** Where each kind of candidate stopped last sweep (see SWEEP_CANDIDATES_SQL). */
   private readonly after: Record<SweepCandidate, string> = { expired: '', due: '', stranded: '' };
 
@@ -126,11 +125,10 @@ export class Sweeper {
     const now = this.options.clock();
     const { random } = this.options;
     // First the key writer's quarantines, read again: a stream that decodes now is over, and its
-    // leases (unrenewable until now) get their grace in this very sweep.
-    const unquarantined = await recheckWriterQuarantines(this.pool);
+    // leases (unrenewable until now) get their grace from now (jl_lease_grace), in this very sweep
+    // and whichever sweeper leads next.
+    const unquarantined = await recheckWriterQuarantines(this.pool, now);
     if (unquarantined.length > 0) this.log.info({ streams: unquarantined }, 'sweeper: quarantined streams decode again: quarantine over');
-    for (const [stream, at] of this.unquarantinedAt) if (at < now - MAX_LEASE_MS) this.unquarantinedAt.delete(stream);
-    for (const stream of unquarantined) this.unquarantinedAt.set(stream, now);
     const { rows } = await this.pool.query<{ kind: SweepCandidate; stream: string }>(SWEEP_CANDIDATES_SQL, [now, limit, this.after.expired, this.after.due, this.after.stranded]);
     // The database answers: an outage seen since the last sweep (by this sweeper, or any part of the process) ended about now.
     const generation = this.options.outages?.generation ?? 0;
@@ -143,8 +141,9 @@ export class Sweeper {
       return streams;
     };
     const [expired, due, stranded] = [of('expired'), of('due'), of('stranded')];
+    const quarantineEnded = expired.length === 0 ? new Map<string, number>() : new Map((await this.pool.query<{ stream: string; since_ms: number }>(LEASE_GRACE_SQL, [expired])).rows.map((r) => [r.stream, r.since_ms]));
     const graceFrom = (stream: string) => {
-      const from = Math.max(this.renewableSince, this.unquarantinedAt.get(stream) ?? 0);
+      const from = Math.max(this.renewableSince, quarantineEnded.get(stream) ?? 0);
       return from > 0 ? { graceFrom: from } : {};
     };
     const commands: KeyCommand[] = [
@@ -162,6 +161,7 @@ export class Sweeper {
     const count = (type: string) => results.reduce((n, r) => n + (E.isRight(r) ? r.right.events.filter((e) => e.type === type).length : 0), 0);
     const summary = { expired: count('LeaseExpired'), admitted: count('SlotAcquired') + count('JobParked'), served: count('LimitHeld') };
     if (summary.expired + summary.admitted + summary.served > 0) this.log.info(summary, 'sweeper: leases expired, due jobs admitted, stranded lines served');
+    await this.pool.query(LEASE_GRACE_PRUNE_SQL, [now - MAX_LEASE_MS]);
     return { ...summary, unquarantined };
   }
 }
