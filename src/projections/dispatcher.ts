@@ -25,8 +25,10 @@ export interface DispatchQueue {
    * the statement (an admission without a message would be a job that never runs).
    */
   send(source: Statement): Statement;
-  /** Moves these messages to the archive (those still in the queue). */
+  /** Moves these messages to the archive (those still in the queue): a message nobody can run, kept as evidence. */
   archive(msgIds: readonly string[]): Statement;
+  /** Deletes these messages (those still in the queue): their lease ended, and the ledger records it. */
+  remove(msgIds: readonly string[]): Statement;
   /** Makes each message visible again `ms` after the statement. */
   setVisibility(entries: readonly { readonly msgId: string; readonly ms: number }[]): Statement;
 }
@@ -44,8 +46,10 @@ export interface DispatchQueue {
  *   could run it.
  * The message then follows its lease: the read that starts it hides it for at least the lease
  * (the message carries leaseMs), a LeaseRenewed naming it moves its visibility to the lease's
- * expiry, and the SlotReleased naming it archives it, in the same transaction. So a message
- * reappears only when its worker has gone silent for a whole lease.
+ * expiry, and the SlotReleased naming it deletes it, in the same transaction. So a message
+ * reappears only when its worker has gone silent for a whole lease. Deleted, not archived (issue
+ * 22): the SlotReleased already says which message its lease ended, and a copy in queue_archive
+ * cost a row version and an index entry per job in a table nothing read.
  *
  * The message's name, args and attempt come from jl_jobs, in the same transaction, after the read
  * models' statements: the dispatcher runs after them, in their batch (inline, or one async runner
@@ -61,7 +65,7 @@ export const createDispatcher = (queue: DispatchQueue): Projection => ({
 export const projectDispatch = (queue: DispatchQueue, events: readonly ProjectedEvent[]): readonly Statement[] => {
   const admitted = new Map<string, { readonly job_id: string; readonly lease_id: string; readonly commit: bigint }>();
   const handedOff: string[] = [];
-  const archive = new Set<string>();
+  const remove = new Set<string>();
   const visibility = new Map<string, number>();
   const lost: string[] = [];
   for (const { event, commit } of events) {
@@ -85,7 +89,7 @@ export const projectDispatch = (queue: DispatchQueue, events: readonly Projected
       case 'SlotReleased':
         admitted.delete(event.data.leaseId);
         if (event.data.msgId !== undefined) {
-          archive.add(event.data.msgId);
+          remove.add(event.data.msgId);
           visibility.delete(event.data.msgId);
         }
         break;
@@ -100,7 +104,7 @@ export const projectDispatch = (queue: DispatchQueue, events: readonly Projected
   const out: Statement[] = [];
   if (admitted.size > 0) out.push(queue.send(statement(ADMISSION_MESSAGES_SQL, JSON.stringify([...admitted.values()].map(({ job_id, lease_id }) => ({ job_id, lease_id }))))));
   if (visibility.size > 0) out.push(queue.setVisibility([...visibility].map(([msgId, ms]) => ({ msgId, ms }))));
-  if (archive.size > 0) out.push(queue.archive([...archive]));
+  if (remove.size > 0) out.push(queue.remove([...remove]));
   if (lost.length > 0) out.push(statement(LEASE_LOST_SQL, lost));
   if (handedOff.length > 0) out.push({ ...statement(HANDED_OFF_SQL, handedOff), returns: 'handedOff' });
   return out;

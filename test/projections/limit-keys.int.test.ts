@@ -26,7 +26,7 @@ const A = 'key:a';
 const T = 'key:t';
 
 beforeAll(async () => {
-  db = await createMigratedDatabase(2, { pipeline: true });
+  db = await createMigratedDatabase(2, { pipeline: true, recordSends: true });
   store = new PostgresEventStore(db.pool, { inline: [createReadModelProjections(), createDispatcher(dispatchQueue)] });
 });
 
@@ -129,7 +129,7 @@ describe('a job under a further limit key (home key:a, limits [t])', () => {
 
 describe('a random run with jobs under further limit keys, through the ledger', () => {
   it('read models = fold of every stream (guests included), one message per admission; a rebuild gives the same rows and verify none different', async () => {
-    const fresh = await createMigratedDatabase(8, { pipeline: true });
+    const fresh = await createMigratedDatabase(8, { pipeline: true, recordSends: true });
     const clock = manualClock();
     const ledger = await createLedger({ pool: fresh.pool, migrate: false, clock: clock.now, logger: silentLogger });
     try {

@@ -89,6 +89,7 @@ const batchOn = (stream = 'key:k', from = 0, firstCommit = 100n) => {
 const fakeQueue: DispatchQueue = {
   send: (source) => ({ text: 'send', values: [source] }),
   archive: (msgIds) => ({ text: 'archive', values: [[...msgIds]] }),
+  remove: (msgIds) => ({ text: 'remove', values: [[...msgIds]] }),
   setVisibility: (entries) => ({ text: 'visibility', values: [entries.map((e) => ({ ...e }))] }),
 };
 
@@ -491,7 +492,7 @@ describe('dispatcher', () => {
       mk('JobStarted', { jobId: 'j1', leaseId: 'j1:2', workerId: 'w1', attempt: 1, expiresAt: at + S, at }),
     );
     const statements = dispatch(b.events);
-    expect(statements.map((s) => s.text)).toEqual(['archive', HANDED_OFF_SQL]);
+    expect(statements.map((s) => s.text)).toEqual(['remove', HANDED_OFF_SQL]);
     expect(sentRows(statements)).toEqual([]);
     expect(find(statements, HANDED_OFF_SQL)).toEqual([{ text: HANDED_OFF_SQL, values: [['j1']], returns: 'handedOff' }]);
     expect(HANDED_OFF_SQL).toMatch(/"jobId", key, name, args FROM jl_jobs/);
@@ -514,18 +515,18 @@ describe('dispatcher', () => {
     expect(sentRows(readmitted)).toEqual([[{ job_id: 'j1', lease_id: 'j1:2' }]]);
   });
 
-  it('archives the message a SlotReleased names (msgId), in the same batch; a release without one archives nothing', () => {
-    expect(dispatch(batchOn().tx(samples.JobCompleted, samples.SlotReleased).events)).toEqual([{ text: 'archive', values: [['41']] }]);
+  it('deletes the message a SlotReleased names (msgId), in the same batch; a release without one deletes nothing', () => {
+    expect(dispatch(batchOn().tx(samples.JobCompleted, samples.SlotReleased).events)).toEqual([{ text: 'remove', values: [['41']] }]);
     expect(dispatch(batchOn().tx(samples.JobCompleted, mk('SlotReleased', { jobId: 'j1', leaseId: 'j1:1', reason: 'completed', at })).events)).toEqual([]);
     const two = batchOn().tx(samples.SlotReleased).tx(mk('SlotReleased', { jobId: 'j2', leaseId: 'j2:1', reason: 'yielded', msgId: '7', at }));
-    expect(dispatch(two.events)).toEqual([{ text: 'archive', values: [['41', '7']] }]);
+    expect(dispatch(two.events)).toEqual([{ text: 'remove', values: [['41', '7']] }]);
   });
 
-  it("moves a message's visibility to its lease's expiry on LeaseRenewed (msgId); the last renewal wins; a release in the batch archives it instead", () => {
+  it("moves a message's visibility to its lease's expiry on LeaseRenewed (msgId); the last renewal wins; a release in the batch deletes it instead", () => {
     expect(dispatch(batchOn().tx(samples.LeaseRenewed).events)).toEqual([{ text: 'visibility', values: [[{ msgId: '41', ms: 20 * S }]] }]);
     const twice = batchOn().tx(samples.LeaseRenewed).tx(mk('LeaseRenewed', { jobId: 'j1', leaseId: 'j1:1', expiresAt: at + 45 * S, msgId: '41', at: at + 15 * S }));
     expect(dispatch(twice.events)).toEqual([{ text: 'visibility', values: [[{ msgId: '41', ms: 30 * S }]] }]);
-    expect(dispatch(batchOn().tx(samples.LeaseRenewed).tx(samples.JobCompleted, samples.SlotReleased).events)).toEqual([{ text: 'archive', values: [['41']] }]);
+    expect(dispatch(batchOn().tx(samples.LeaseRenewed).tx(samples.JobCompleted, samples.SlotReleased).events)).toEqual([{ text: 'remove', values: [['41']] }]);
     // A lease started by direct handoff has no message: its renewals move nothing.
     expect(dispatch(batchOn().tx(mk('LeaseRenewed', { jobId: 'j1', leaseId: 'j1:1', expiresAt: at + S, at })).events)).toEqual([]);
     // The read that started it already hid it for at least the lease: a JobStarted moves nothing.
@@ -547,13 +548,13 @@ describe('dispatcher', () => {
     }
   });
 
-  it('asks in this order: send, visibility, archive, lease lost, handed off', () => {
+  it('asks in this order: send, visibility, remove, lease lost, handed off', () => {
     const b = batchOn()
       .tx(mk('SlotAcquired', { jobId: 'a', leaseId: 'a:1', expiresAt: null, at }))
       .tx(mk('LeaseRenewed', { jobId: 'b', leaseId: 'b:1', expiresAt: at + S, msgId: '1', at }))
       .tx(mk('SlotReleased', { jobId: 'c', leaseId: 'c:1', reason: 'completed', msgId: '2', at }), mk('JobPromoted', { jobId: 'd', leaseId: 'd:1', expiresAt: null, waitedMs: 0, at }), mk('JobStarted', { jobId: 'd', leaseId: 'd:1', workerId: 'w', attempt: 1, expiresAt: at + S, at }))
       .tx(mk('LeaseExpired', { jobId: 'e', leaseId: 'e:1', expiresAt: at, at }), mk('SlotReleased', { jobId: 'e', leaseId: 'e:1', reason: 'expired', at }));
-    expect(dispatch(b.events).map((s) => s.text)).toEqual(['send', 'visibility', 'archive', LEASE_LOST_SQL, HANDED_OFF_SQL]);
+    expect(dispatch(b.events).map((s) => s.text)).toEqual(['send', 'visibility', 'remove', LEASE_LOST_SQL, HANDED_OFF_SQL]);
   });
 
   it('is never rebuildable: a replay would send every message again', () => {

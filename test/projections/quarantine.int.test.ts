@@ -48,7 +48,7 @@ const caughtUp = async (db: MigratedDatabase) => {
 };
 
 const openAsync = async () => {
-  const db = await createMigratedDatabase(12, { pipeline: true });
+  const db = await createMigratedDatabase(12, { pipeline: true, recordSends: true });
   const ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger, inlineProjections: false });
   const store = new PostgresEventStore(db.pool);
   const runner = (name: string, projection: Projection, follows?: string) =>
@@ -119,7 +119,7 @@ describe.each(BAD_CASES)('an event of %s', (bad) => {
   });
 
   it('inline: an append of it is refused with an EventDecodeError naming the stream and revision (not yet written: no position), and nothing is written', async () => {
-    const db = await createMigratedDatabase(4, { pipeline: true });
+    const db = await createMigratedDatabase(4, { pipeline: true, recordSends: true });
     const store = new PostgresEventStore(db.pool, { inline: [createReadModelProjections(), createDispatcher(dispatchQueue)] });
     try {
       const stream = keyStream('inline-bad');
@@ -138,7 +138,7 @@ describe.each(BAD_CASES)('an event of %s', (bad) => {
   });
 
   it('replay (rebuild, verify) fails naming the stream, revision and position, and leaves the read models as they were', async () => {
-    const db = await createMigratedDatabase(4, { pipeline: true });
+    const db = await createMigratedDatabase(4, { pipeline: true, recordSends: true });
     const ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger });
     try {
       await enqueue(ledger, 'rb-bad', 2);

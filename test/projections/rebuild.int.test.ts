@@ -22,7 +22,7 @@ let ledger: Ledger;
 const clock = manualClock();
 
 beforeAll(async () => {
-  db = await createMigratedDatabase(30, { pipeline: true });
+  db = await createMigratedDatabase(30, { pipeline: true, recordSends: true });
   ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: silentLogger });
 });
 

@@ -165,7 +165,7 @@ export const dispatchBatches = async (db: Db): Promise<DispatchBatch[]> =>
 interface ExpectedMessage {
   readonly queue: string;
   readonly message: { jobId: string; key: string | null; leaseId: string; name: string; args: unknown; attempt: number | number[]; leaseMs: number };
-  readonly archived: boolean;
+  readonly gone: boolean;
 }
 
 /**
@@ -176,7 +176,7 @@ interface ExpectedMessage {
  * The message is the job as jl_jobs has it when the batch is applied: inline, at the end of the
  * admission's transaction; async (`batches`), somewhere between the end of the batch and the
  * read models' checkpoint in the batch's transaction, so `attempt` may be any value the job's
- * attempts took in that range (a list then). A message is archived when a SlotReleased names it
+ * attempts took in that range (a list then). A message is gone from the queue when a SlotReleased names it
  * (msgId) and queued otherwise. In async mode an admission no recorded batch covers has no message yet.
  */
 export const expectedMessages = async (db: Db, options: { readonly batches?: readonly DispatchBatch[] } = {}): Promise<Map<string, ExpectedMessage>> => {
@@ -234,7 +234,7 @@ export const expectedMessages = async (db: Db, options: { readonly batches?: rea
     expected.set(leaseId, {
       queue: job.queue,
       message: { jobId, key: r.stream.startsWith('key:') ? r.stream.slice(4) : null, leaseId, name: job.name, args: job.args, attempt: between.length === 1 ? between[0]! : between, leaseMs: job.leaseMs },
-      archived: release?.msgId !== undefined && batchOf(release.commit) !== undefined,
+      gone: release?.msgId !== undefined && batchOf(release.commit) !== undefined,
     });
   }
   return expected;
@@ -244,21 +244,23 @@ export interface SentMessage {
   readonly msgId: string;
   readonly queue: string;
   readonly message: { leaseId: string; attempt: number } & Record<string, unknown>;
-  readonly archived: boolean;
+  /** No longer in the queue: its release deleted it (or the writer archived it). */
+  readonly gone: boolean;
 }
 
-/** Every dispatch message, queued or archived, in send order. */
+/** Every dispatch message sent, in send order: needs a database made with `recordSends` (test_sent_messages). */
 export const sentMessages = async (db: Db): Promise<SentMessage[]> =>
   (
     await db.query(
-      `SELECT msg_id::text AS "msgId", queue, message, false AS archived FROM queue_messages WHERE message ? 'leaseId'
-       UNION ALL SELECT msg_id::text, queue, message, true FROM queue_archive WHERE message ? 'leaseId'`,
+      `SELECT s.msg_id::text AS "msgId", s.queue, s.message, m.msg_id IS NULL AS gone
+       FROM test_sent_messages s LEFT JOIN queue_messages m ON m.msg_id = s.msg_id
+       WHERE s.message ? 'leaseId'`,
     )
   ).rows.sort((a, b) => Number(BigInt(a.msgId) - BigInt(b.msgId)));
 
 /**
  * Exactly one message per admission that must have one (expectedMessages), each lease once,
- * with the right content, archived exactly when its SlotReleased named it. Returns how many.
+ * with the right content, gone from the queue exactly when its SlotReleased named it. Returns how many.
  */
 export const expectOneMessagePerAdmission = async (db: Db, options: { readonly batches?: readonly DispatchBatch[] } = {}): Promise<number> => {
   const expected = await expectedMessages(db, options);
@@ -272,7 +274,7 @@ export const expectOneMessagePerAdmission = async (db: Db, options: { readonly b
       expect(byLease.get(e.data.leaseId)?.msgId, `${e.type} of ${e.data.leaseId} names message ${e.data.msgId}`).toBe(e.data.msgId);
     }
   }
-  const actual = new Map(sent.map((m) => [m.message.leaseId, { queue: m.queue, message: m.message, archived: m.archived }]));
+  const actual = new Map(sent.map((m) => [m.message.leaseId, { queue: m.queue, message: m.message, gone: m.gone }]));
   // Where the attempt may be one of several values, take the one sent if it is among them.
   const wanted = new Map(
     [...expected].map(([lease, x]) => {

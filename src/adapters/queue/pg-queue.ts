@@ -458,6 +458,12 @@ moved AS (
 INSERT INTO queue_archive (msg_id, queue, read_ct, enqueued_at, archived_at, vt, message)
 SELECT msg_id, queue, read_ct, enqueued_at, statement_timestamp(), vt, message FROM moved`;
 
+// The dispatcher's delete of released messages: by id alone, rows locked in msg_id order first (as
+// LOCK_IN_ORDER), so two batches deleting overlapping sets cannot deadlock.
+const DELETE_BY_ID_SQL = `
+WITH locked AS MATERIALIZED (SELECT msg_id FROM queue_messages WHERE msg_id = ANY ($1::bigint[]) ORDER BY msg_id FOR UPDATE)
+DELETE FROM queue_messages m USING locked WHERE m.msg_id = locked.msg_id`;
+
 // The dispatcher's visibility moves: $1 a JSON array of {msg_id, ms}; rows locked in msg_id order, as LOCK_IN_ORDER.
 const SET_VISIBILITY_SQL = `
 WITH x AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS x (msg_id bigint, ms float8)),
@@ -470,6 +476,7 @@ WHERE m.msg_id = x.msg_id`;
 export const dispatchQueue: DispatchQueue = {
   send: (source: Statement) => ({ text: sendSql(source.text, `0 ${MS}`), values: source.values }),
   archive: (msgIds) => ({ text: ARCHIVE_BY_ID_SQL, values: [msgIds] }),
+  remove: (msgIds) => ({ text: DELETE_BY_ID_SQL, values: [msgIds] }),
   setVisibility: (entries) => ({ text: SET_VISIBILITY_SQL, values: [JSON.stringify(entries.map((e) => ({ msg_id: e.msgId, ms: e.ms })))] }),
 };
 
