@@ -587,6 +587,13 @@ describe('Cancel', () => {
       .then(yielded('a', 'a:1', T0 + 4 * SEC, 0), released('a', 'a:1', 'yielded', T0 + 4 * SEC), cancelled('a', 'ops', T0 + 4 * SEC), promoted('b', 'b:2', T0 + 4 * SEC, 4 * SEC));
   });
 
+  it('issue 21 #6: a cancelled job that no worker knows, given back with a delay, is cancelled and not offered again: its JobYielded carries no retryAt and counts no give-back', () => {
+    const revokedA = [...aRunningBParked, revoked('a', 'a:1', 'ops', T0 + 3 * SEC, true)];
+    const spec = given(...revokedA).when({ type: 'Yield', jobId: 'a', leaseId: 'a:1', delayMs: 10 * SEC, deadAfterMs: 60 * SEC, name: 'ghost' }, T0 + 4 * SEC);
+    spec.then(yielded('a', 'a:1', T0 + 4 * SEC, 0), released('a', 'a:1', 'yielded', T0 + 4 * SEC), cancelled('a', 'ops', T0 + 4 * SEC), promoted('b', 'b:2', T0 + 4 * SEC, 4 * SEC));
+    expect(spec.state().jobs.a).toBeUndefined();
+  });
+
   it('a cancelled job whose worker never answers is cancelled when its lease lapses', () => {
     given(...aRunningBParked, revoked('a', 'a:1', 'ops', T0 + 3 * SEC, true))
       .when({ type: 'ExpireLeases', jitter: 0 }, T0 + SEC + LEASE)

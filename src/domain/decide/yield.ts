@@ -21,17 +21,20 @@ export const yieldSlot = (c: CommandOf<'Yield'>, d: Decision): Outcome => {
   const retryAt = c.delayMs === undefined ? undefined : d.now + c.delayMs;
   const revoked = job.lease?.revoked;
   const before = job.givenBack;
+  const cancelled = revoked?.cancel === true;
   // Given back for deadAfterMs since the first time: not offered again (no retryAt), dead.
-  const dies = revoked?.cancel !== true && retryAt !== undefined && c.deadAfterMs !== undefined && before !== undefined && d.now - before.since >= c.deadAfterMs;
+  const dies = !cancelled && retryAt !== undefined && c.deadAfterMs !== undefined && before !== undefined && d.now - before.since >= c.deadAfterMs;
   d.emit('JobYielded', {
     jobId: c.jobId,
     leaseId: c.leaseId,
     attempts,
     ...(c.reason === undefined ? {} : { reason: c.reason }),
-    ...(retryAt === undefined || dies ? {} : { retryAt }),
+    // A retryAt says "offered again then": not so for a job that dies or is cancelled here (the
+    // model checker read a cancelled job's give-back as one offered past its bound, seed 10040).
+    ...(retryAt === undefined || dies || cancelled ? {} : { retryAt }),
   });
   d.release(job, 'yielded');
-  if (revoked?.cancel === true) d.emit('JobCancelled', { jobId: c.jobId, by: revoked.by });
+  if (cancelled) d.emit('JobCancelled', { jobId: c.jobId, by: revoked.by });
   else if (dies) {
     const count = before!.count + 1;
     d.emit('JobDead', { jobId: c.jobId, reason: `no worker knows ${c.name ?? 'its name'}: given back ${count} times over ${Math.round((d.now - before!.since) / 1000)} s` });
