@@ -13,7 +13,7 @@ import { performance } from 'node:perf_hooks';
 import * as E from 'fp-ts/lib/Either.js';
 import pg from 'pg';
 import { createLedger } from '../src/adapters/ledger.js';
-import type { KeyCommand } from '../src/commands/key-writer.js';
+import type { KeyCommand } from '../src/commands/key-command.js';
 import { createReadModelProjections } from '../src/projections/read-models.js';
 import { rebuild } from '../src/projections/rebuild.js';
 import { verify } from '../src/projections/verify.js';

@@ -5,7 +5,8 @@ export { createHttpServer, type HttpServerOptions } from './adapters/http/server
 export { PostgresEventStore } from './adapters/eventstore/postgres/postgres-event-store.js';
 export { migrate } from './adapters/postgres/migrations.js';
 export type { EnqueueInput, Enqueued, EnqueueStatus } from './commands/enqueue.js';
-export { ConflictRetriesExhaustedError, type CommandResult, type KeyCommand } from './commands/key-writer.js';
+export type { CommandResult, KeyCommand } from './commands/key-command.js';
+export { ConflictRetriesExhaustedError } from './commands/key-writer.js';
 export { EventDecodeError } from './domain/recorded.js';
 export { keyStateAt } from './commands/key-state-at.js';
 export type { Command } from './domain/commands.js';

@@ -9,7 +9,7 @@ import type { JobStreamLookup } from '../domain/ports/job-streams.js';
 import { keyStream } from '../domain/streams.js';
 import { Actor, JobId, Key, ValidationError, checkField } from '../domain/values.js';
 import { readJobStreams } from './job-events.js';
-import type { CommandResult, KeyCommand, Loaded } from './key-writer.js';
+import type { CommandResult, KeyCommand, Loaded } from './key-command.js';
 
 // The operator's actions on dead jobs: retry (the job runs again, with a fresh set of attempts)
 // and discard (off the failed list for good), each recorded on the job's home stream with who did

@@ -8,7 +8,8 @@ import { LimitConflictError, RefusedError } from '../domain/errors.js';
 import { DuplicateEventIdError } from '../domain/ports/event-store.js';
 import { streamFor } from '../domain/streams.js';
 import { JsonArgs, Key, LeaseMs, Limit, MaxAttempts, Name, NonEmptyString, Priority, QueueName, ValidationError, decodeWith, refine } from '../domain/values.js';
-import type { KeyCommand, KeyWriter } from './key-writer.js';
+import type { KeyCommand } from './key-command.js';
+import type { KeyWriter } from './key-writer.js';
 
 /** What a caller gives to enqueue a job. */
 export interface EnqueueInput {

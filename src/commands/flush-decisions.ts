@@ -7,7 +7,7 @@ import { KEY_STATE_SCHEMA_VERSION, Scratch, draftOf, initialKeyState } from '../
 import type { JsonObject, Snapshot, StreamRevision } from '../domain/ports/event-store.js';
 import type { DecidedAppend } from '../domain/ports/ledger-store.js';
 import { next, type Entry } from './key-states.js';
-import type { CommandResult, KeyCommand } from './key-writer.js';
+import type { CommandResult, KeyCommand } from './key-command.js';
 
 // The decide and append steps of a flush (./key-writer.ts draws the whole cycle): each command
 // decided in order, in place, on the states the lock brought up to date (a Scratch per stream

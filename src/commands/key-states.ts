@@ -6,7 +6,7 @@ import type { LockedStream } from '../domain/ports/ledger-store.js';
 import type { Logger } from '../domain/ports/logger.js';
 import { decodeRecorded } from '../domain/recorded.js';
 import { isQueueCapStream, keyStream, queueCapKey } from '../domain/streams.js';
-import type { KeyCommand } from './key-writer.js';
+import type { KeyCommand } from './key-command.js';
 
 // The key writer's "remember" (./key-writer.ts draws the whole cycle): the states of the streams
 // it wrote or locked lately, each at its revision, brought up to where a lock found the stream

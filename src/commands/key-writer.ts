@@ -2,9 +2,9 @@ import * as E from 'fp-ts/lib/Either.js';
 import { reconnectDelayMs } from '../domain/backoff.js';
 import { decodeCommand, type Command } from '../domain/commands.js';
 import type { FillLater } from '../domain/decide/index.js';
-import { RefusedError, describeDomainError, type DomainError } from '../domain/errors.js';
+import { RefusedError, describeDomainError } from '../domain/errors.js';
 import type { EventData, KeyEvent } from '../domain/events.js';
-import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, Scratch, apply, draftOf, initialKeyState, type KeyState } from '../domain/key-state.js';
+import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, Scratch, apply, draftOf, initialKeyState } from '../domain/key-state.js';
 import { DuplicateEventIdError, type EventStore, type JsonObject, type SnapshotStore, type StreamRevision } from '../domain/ports/event-store.js';
 import {
   CommitOutcomeUnknownError,
@@ -25,6 +25,7 @@ import { EventDecodeError, decodeRecorded } from '../domain/recorded.js';
 import { KEY_STREAM_PREFIX, streamFor } from '../domain/streams.js';
 import { ValidationError } from '../domain/values.js';
 import { FlushDecisions, UnreadableStream } from './flush-decisions.js';
+import type { CommandResult, Decided, KeyCommand, Loaded } from './key-command.js';
 import { KeyStates, next, type Entry } from './key-states.js';
 
 // The key writer: the ONE owner of key states in a process, and the one door for every write
@@ -65,31 +66,6 @@ import { KeyStates, next, type Entry } from './key-states.js';
 // test/commands/key-writer.int.test.ts for the flush (concurrent writers and processes, deferred
 // streams, a batch that does not fail as a whole); test/commands/quarantine.int.test.ts for an
 // undecodable event.
-
-export interface KeyCommand {
-  readonly stream: string;
-  readonly command: Command;
-  /** Recorded with each event of the decision (who asked, from where). */
-  readonly metadata?: JsonObject;
-  /** The caller made the stream's name up just now (a job without a key and without a given id): it has no events yet. */
-  readonly newStream?: true;
-}
-
-export interface Decided {
-  readonly events: readonly KeyEvent[];
-  /** The stream's revision after the decision (unchanged when it decided nothing). */
-  readonly revision: StreamRevision | 'no_stream';
-  /** Jobs this decision started by direct handoff, with what their worker needs to run them. */
-  readonly handedOff?: readonly HandedOffJob[];
-}
-
-export type CommandResult = E.Either<DomainError, Decided>;
-
-/** A stream's state at a revision. */
-export interface Loaded {
-  readonly state: KeyState;
-  readonly revision: StreamRevision | 'no_stream';
-}
 
 /** A job a worker asked the writer to read and start: its message and its JobStarted. */
 export interface StartedJob {

@@ -6,7 +6,7 @@ import type { JsonObject } from '../domain/ports/event-store.js';
 import type { JobStreamLookup } from '../domain/ports/job-streams.js';
 import { keyStream } from '../domain/streams.js';
 import { Key, ValidationError, checkField } from '../domain/values.js';
-import type { CommandResult, Loaded } from './key-writer.js';
+import type { CommandResult, Loaded } from './key-command.js';
 
 // The operator's actions on a key, each one command of the key's decider, recorded in the ledger
 // with who did it (`by`). Inputs are checked before anything is read or written; a refusal

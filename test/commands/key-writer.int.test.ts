@@ -11,7 +11,8 @@ import { PostgresSnapshotStore } from '../../src/adapters/postgres/postgres-snap
 import { projectionMode } from '../../src/adapters/postgres/projection-mode.js';
 import { PgQueue, dispatchQueue } from '../../src/adapters/queue/pg-queue.js';
 import { enqueueMany, enqueuedEventId, keyEventId, type EnqueueInput, type Enqueued } from '../../src/commands/enqueue.js';
-import { ConflictRetriesExhaustedError, KeyWriter, type CommandResult, type KeyCommand, type KeyWriterOptions } from '../../src/commands/key-writer.js';
+import type { CommandResult, KeyCommand } from '../../src/commands/key-command.js';
+import { ConflictRetriesExhaustedError, KeyWriter, type KeyWriterOptions } from '../../src/commands/key-writer.js';
 import type { Command, JobSpec } from '../../src/domain/commands.js';
 import { decide } from '../../src/domain/decide/index.js';
 import type { KeyEvent } from '../../src/domain/events.js';

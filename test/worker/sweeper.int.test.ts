@@ -2,7 +2,7 @@ import * as E from 'fp-ts/lib/Either.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { Sweeper } from '../../src/adapters/worker/sweeper.js';
-import type { CommandResult, KeyCommand } from '../../src/commands/key-writer.js';
+import type { CommandResult, KeyCommand } from '../../src/commands/key-command.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { keyStream } from '../../src/domain/streams.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';

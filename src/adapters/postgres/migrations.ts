@@ -14,14 +14,9 @@ import { queueName } from './migrations/0011-queue-name.js';
 import { stoppingHolders } from './migrations/0012-stopping-holders.js';
 import { readChecks } from './migrations/0013-read-checks.js';
 import { leaseGrace } from './migrations/0014-lease-grace.js';
+import type { Migration } from './migrations/migration.js';
 
-export interface Migration {
-  /** Applied in increasing order; never renumber or edit one that has shipped, append a new one. */
-  readonly version: number;
-  readonly name: string;
-  /** Runs inside a transaction, so no CREATE INDEX CONCURRENTLY and the like. */
-  readonly sql: string;
-}
+export type { Migration } from './migrations/migration.js';
 
 export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName, stoppingHolders, readChecks, leaseGrace];
 

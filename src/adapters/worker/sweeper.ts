@@ -1,6 +1,6 @@
 import * as E from 'fp-ts/lib/Either.js';
 import type pg from 'pg';
-import type { CommandResult, KeyCommand } from '../../commands/key-writer.js';
+import type { CommandResult, KeyCommand } from '../../commands/key-command.js';
 import type { Logger } from '../../domain/ports/logger.js';
 import type { Outages } from '../../domain/ports/outages.js';
 import { AdvisoryLeader, type AdvisoryLock } from '../../projections/leader.js';

@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // The event store: the ledger (`events`), the optimistic-concurrency row of each stream
 // (`streams`) and state snapshots (`snapshots`). Stream names are collated "C" so a prefix read

@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // The dispatch queue (PGMQ semantics in our own SQL, see src/adapters/queue/pg-queue.ts): one set
 // of tables for every queue, keyed by queue name, so a new queue is a row, never DDL. Queue names

@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // Projections of the ledger (src/projections): their bookkeeping (`projection_streams`,
 // `projection_checkpoints`), the read models (`jl_*`, rebuildable from the events at any time) and

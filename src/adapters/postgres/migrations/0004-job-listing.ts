@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // Indexes for listing jobs newest first (src/adapters/postgres/queries/list-jobs.ts: `jobledger
 // jobs`, GET /api/jobs): the keyset (enqueued_at, job_id) descending, for all jobs and per key, so

@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // The key writer's set-based path (issue 9): every flush writes each read model with one
 // statement per table, and the dispatcher's messages follow their leases.

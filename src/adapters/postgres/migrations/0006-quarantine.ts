@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // Streams a reader could not read (issue 10): an event that does not decode — a type the code
 // does not know, a payload missing a field, written by hand or by a newer release — stops that

@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // Pausing a key (issue 11): KeyPaused / KeyResumed are events of the key's stream; the read model
 // of the key says whether it is paused, by whom and why, for the dashboard, `jobledger keys` and

@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // Stacked limits: a job may be under further limit keys besides its own (JobEnqueued.limits). On
 // each of them it is a guest, recorded on the limit key's stream (LimitWaiting, LimitHeld,

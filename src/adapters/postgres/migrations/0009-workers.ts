@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // Worker presence (src/adapters/worker/presence.ts): each worker writes a row when it starts and
 // refreshes it on a heartbeat, so an operator sees who is doing the work, and a holder whose

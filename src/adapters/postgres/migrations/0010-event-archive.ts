@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // Retention (issue 12): `jobledger archive --before <date>` moves the events of jobs that
 // finished before that date out of the live table `events` into `events_archive`, so the table

@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // One queue-name rule: the domain's QueueName (src/domain/values.ts: 1-63 letters, digits, "_",
 // "." or "-", not starting with "." or "-", which a shell would take for a flag) is now also the

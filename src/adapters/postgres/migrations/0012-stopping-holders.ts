@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // Issue 21, item 1: a cancel or a release of a running job no longer frees its slot at once (the
 // handler may still run); it revokes the lease, and the slot passes on when the worker says the

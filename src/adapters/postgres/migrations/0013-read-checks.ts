@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // Issue 21, item 4 (DESIGN.md invariant 9): a decision rests only on state that was current when
 // it committed. The expected revision of WRITE_SQL checks the streams a flush appends to; this

@@ -1,4 +1,4 @@
-import type { Migration } from '../migrations.js';
+import type { Migration } from './migration.js';
 
 // Issue 21, items 3 and 7: a stream that could not be read (quarantined) could not have its
 // leases renewed or its results recorded either. When its quarantine ends, the sweeper gives its
