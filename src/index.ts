@@ -6,7 +6,7 @@ export { PostgresEventStore } from './adapters/eventstore/postgres/postgres-even
 export { migrate } from './adapters/postgres/migrations.js';
 export type { EnqueueInput, Enqueued, EnqueueStatus } from './commands/enqueue.js';
 export type { CommandResult, KeyCommand } from './commands/key-command.js';
-export { ConflictRetriesExhaustedError } from './commands/key-writer.js';
+export { ConflictRetriesExhaustedError } from './commands/key-writer-options.js';
 export { EventDecodeError } from './domain/recorded.js';
 export { keyStateAt } from './commands/key-state-at.js';
 export type { Command } from './domain/commands.js';

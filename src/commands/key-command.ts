@@ -1,10 +1,10 @@
 import type * as E from 'fp-ts/lib/Either.js';
 import type { Command } from '../domain/commands.js';
 import type { DomainError } from '../domain/errors.js';
-import type { KeyEvent } from '../domain/events.js';
+import type { EventData, KeyEvent } from '../domain/events.js';
 import type { KeyState } from '../domain/key-state.js';
 import type { JsonObject, StreamRevision } from '../domain/ports/event-store.js';
-import type { HandedOffJob } from '../domain/ports/ledger-store.js';
+import type { DispatchMessage, HandedOffJob } from '../domain/ports/ledger-store.js';
 
 // What is asked of the key writer and what it answers, apart from the writer itself: the parts of
 // the flush (key-states.ts, flush-decisions.ts) and the commands that build on it name these
@@ -33,4 +33,27 @@ export type CommandResult = E.Either<DomainError, Decided>;
 export interface Loaded {
   readonly state: KeyState;
   readonly revision: StreamRevision | 'no_stream';
+}
+
+/** A job a worker asked the writer to read and start: its message and its JobStarted. */
+export interface StartedJob {
+  readonly msgId: string;
+  readonly stream: string;
+  readonly message: DispatchMessage;
+  readonly started: EventData<'JobStarted'>;
+}
+
+export interface ReadAndStart {
+  readonly queue: string;
+  readonly vtMs: number;
+  /** How many to read, asked when the flush starts (the worker's free slots then). */
+  readonly qty: () => number;
+  readonly workerId: string;
+  readonly metadata?: JsonObject;
+}
+
+export interface ReadStarted {
+  /** Messages read (started or not): fewer than asked means the queue had no more visible. */
+  readonly read: number;
+  readonly started: readonly StartedJob[];
 }

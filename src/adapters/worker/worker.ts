@@ -1,8 +1,7 @@
 import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
 import * as E from 'fp-ts/lib/Either.js';
-import type { CommandResult, KeyCommand } from '../../commands/key-command.js';
-import type { ReadAndStart, ReadStarted, StartedJob } from '../../commands/key-writer.js';
+import type { CommandResult, KeyCommand, ReadAndStart, ReadStarted, StartedJob } from '../../commands/key-command.js';
 import { MAX_YIELD_DELAY_MS, type Command } from '../../domain/commands.js';
 import { describeDomainError } from '../../domain/errors.js';
 import type { DispatchMessage, HandedOffJob } from '../../domain/ports/ledger-store.js';
