@@ -371,6 +371,19 @@ export const runModel = async (options: ModelOptions): Promise<ModelResult> => {
        FROM events WHERE type IN ('LeaseRevoked', 'LeaseExpired', 'JobRejected', 'JobDead', 'DeadDiscarded', 'JobRetried', 'LimitHeld', 'ParkedReplaced') GROUP BY 1`,
     );
     for (const r of rows) stats[r.what] = r.n;
+    // A failing seed rarely fails again (its interleaving is not replayed): so that one failure is
+    // enough to find the cause, the log ends with the ledger's story of each job a violation names.
+    for (const jobId of new Set(violations.flatMap((v) => /^(j\d+)\b/.exec(v.message)?.[1] ?? []))) {
+      const { rows: story } = await admin.query<{ line: string }>(
+        `SELECT lpad(((data->>'at')::bigint % 100000)::text, 5, '0') || ' ' || stream || '@' || stream_revision || ' xid ' || transaction_id || ' ' || type || ' ' || (data - 'jobId' - 'at')::text || coalesce(' by ' || (metadata->>'by'), '') || coalesce(' worker ' || (metadata->>'workerId'), '') AS line
+         FROM ledger_events WHERE data->>'jobId' = $1 ORDER BY transaction_id, global_position`,
+        [jobId],
+      );
+      note(`ledger of ${jobId}:\n  ${story.map((r) => r.line).join('\n  ')}`);
+      for (const run of runs.filter((r) => r.jobId === jobId)) note(`handler of ${jobId}: ${JSON.stringify({ ...run, startMs: run.startMs % 100_000, endMs: run.endMs === null ? null : run.endMs % 100_000 })}`);
+    }
+    const { rows: grace } = await admin.query<{ stream: string; since: string }>(`SELECT stream, (since_ms % 100000)::text AS since FROM jl_lease_grace ORDER BY stream`);
+    if (violations.length > 0 && grace.length > 0) note(`lease grace: ${grace.map((g) => `${g.stream} since ${g.since}`).join(', ')}`);
   } finally {
     await admin.end();
   }
