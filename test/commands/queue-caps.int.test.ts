@@ -77,3 +77,25 @@ describe('invariant 10: a queue cap holds whichever process enqueues', () => {
     expect((await capped.store.readStream(keyStream('queue:mail'))).filter((e) => e.type === 'KeyLimitSet')).toHaveLength(1);
   }, 120_000);
 });
+
+describe('issue 21 #2: a process that never saw a queue cap acts on a job under it', () => {
+  it('a cancel from a process opened without the cap, of a job it has not seen parked under the cap, is decided with the cap stream locked (the model checker, seed 20212: "a decision wrote to key:queue:q1, which it took to be absent")', async () => {
+    const withCap = await open({ post: { maxConcurrent: 2 } });
+    const without = await open();
+    try {
+      // The plain process knows the key (its own job holds it) but not the cap stream: it never enqueued to the queue.
+      await without.enqueue({ name: 'hold', jobId: 'cc-0', key: 'cc', limit: 1, queue: 'other' });
+      // Enqueued by the other process: parked behind cc-0, under the cap.
+      expect(await withCap.enqueue({ name: 'send', jobId: 'cc-1', key: 'cc', queue: 'post' })).toMatchObject({ status: 'parked' });
+      await withCap.enqueue({ name: 'send', jobId: 'cc-2', key: 'cc', queue: 'post' });
+      expect(await without.cancel({ jobId: 'cc-1', by: 'ops' })).toMatchObject({ cancelled: true });
+      expect(await without.cancel({ jobId: 'cc-0', by: 'ops' })).toMatchObject({ cancelled: true });
+      // cc-2 took the key's slot and one of the cap's; the cap stream says so.
+      expect((await withCap.keyState('queue:post')).state.holding).toBe(1);
+      expect((await withCap.keyState('cc')).state.jobs['cc-2']?.status).toBe('holding');
+    } finally {
+      await withCap.close();
+      await without.close();
+    }
+  }, 60_000);
+});
