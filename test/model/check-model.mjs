@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // npm run check:model -- --runs N [--seed S] [--operations K]: N seeded runs of the model checker
 // (test/model/model.int.test.ts), against DATABASE_URL when set (else the suite's own server).
-// vitest prints each failing seed's violations and run log; the last line sums it up:
+// vitest prints each failing seed's violations and run log (a thin seed, one whose inputs reached little,
+// is said and not failed); the last line sums it up:
 // "model: N runs from seed S, F failed (seeds …) in T s".
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
