@@ -184,21 +184,48 @@ const limitsAndTwice = (world: ModelWorld, ledger: readonly Recorded[], runs: re
   return out;
 };
 
-/** Each JobRejected judged against the streams as the rejecting transaction found them. */
+/**
+ * Each JobRejected judged against the streams as the rejecting transaction could have found them.
+ * Its home exactly (the events before it there). A further limit it only read, at any revision it
+ * may have read: a transaction's xid is taken before it waits for its locks, so xid order is not
+ * the order in which transactions saw each other (seed 2114: a release with a smaller xid that
+ * committed after the rejection read its limit, made the checker call a right rejection wrong).
+ * What orders them is the home stream both wrote: a transaction that wrote the home before the
+ * rejection committed before it read the limit; one that wrote it after, after. Between those, the
+ * limit's own revision order is the truth, so the rejection is wrong only if the limit had room at
+ * every revision in that window.
+ */
 const rejections = (ledger: readonly Recorded[]): Violation[] => {
   const out: Violation[] = [];
   for (const rejected of ledger) {
     if (rejected.event.type !== 'JobRejected') continue;
     const { jobId } = rejected.event.data;
     const enqueued = ledger.find((r) => r.event.type === 'JobEnqueued' && r.event.data.jobId === jobId && r.stream === rejected.stream);
-    const limits = enqueued?.event.type === 'JobEnqueued' ? (enqueued.event.data.limits ?? []) : [];
-    // Its home up to the rejection; every other stream as committed before the rejecting
-    // transaction, with what that transaction wrote there before it.
-    const before = (r: Recorded) => (r.stream === rejected.stream ? r.revision < rejected.revision : r.xid < rejected.xid || (r.xid === rejected.xid && r.position < rejected.position));
-    const states = statesOf(ledger, before);
-    const needs = [rejected.stream, ...limits.map(keyStream)];
-    if (needs.every((s) => hasRoom(states.get(s)))) {
-      out.push({ check: 'rejected', message: `${jobId} was rejected ("${rejected.event.data.reason}") while every limit it is under had room: ${needs.map((s) => `${s} ${states.get(s)?.holding ?? 0}/${states.get(s)?.limit ?? '?'}${states.get(s)?.paused ? ' paused' : ''}`).join(', ')}` });
+    const limits = (enqueued?.event.type === 'JobEnqueued' ? (enqueued.event.data.limits ?? []) : []).map(keyStream);
+    const home = statesOf(ledger, (r) => r.stream === rejected.stream && r.revision < rejected.revision).get(rejected.stream);
+    const homeWriters = ledger.filter((r) => r.stream === rejected.stream && r.xid !== rejected.xid);
+    const before = new Set(homeWriters.filter((r) => r.revision < rejected.revision).map((r) => r.xid));
+    const after = new Set(homeWriters.filter((r) => r.revision > rejected.revision).map((r) => r.xid));
+    const roomAlways = (stream: string): boolean => {
+      const events = ledger.filter((r) => r.stream === stream && !(r.xid === rejected.xid && r.position > rejected.position)).sort((a, b) => a.revision - b.revision);
+      const lo = Math.max(-1, ...events.filter((r) => before.has(r.xid) || (r.xid === rejected.xid && r.position < rejected.position)).map((r) => r.revision));
+      const hi = Math.min(Infinity, ...events.filter((r) => after.has(r.xid)).map((r) => r.revision - 1));
+      // The limit as of each revision in the window [lo, hi]: room at every one of them?
+      let state = fold(initialKeyState, events.filter((r) => r.revision <= lo).map((r) => r.event));
+      if (!hasRoom(state)) return false;
+      for (const r of events) {
+        if (r.revision <= lo || r.revision > hi) continue;
+        state = fold(state, [r.event]);
+        if (!hasRoom(state)) return false;
+      }
+      return true;
+    };
+    if (hasRoom(home) && limits.every(roomAlways)) {
+      const states = statesOf(ledger, (r) => r.xid < rejected.xid);
+      out.push({
+        check: 'rejected',
+        message: `${jobId} was rejected ("${rejected.event.data.reason}") while every limit it is under had room at every point it could have read them: ${rejected.stream} ${home?.holding ?? 0}/${home?.limit ?? '?'}, ${limits.map((s) => `${s} ${states.get(s)?.holding ?? 0}/${states.get(s)?.limit ?? '?'}`).join(', ')}`,
+      });
     }
   }
   return out;
