@@ -448,9 +448,13 @@ archived AS (
 )
 SELECT msg_id::text AS msg_id FROM archived ORDER BY msg_id`;
 
-// The dispatcher's archive: by id alone (a batch's releases span queues). One statement, as ARCHIVE_SQL.
+// A flush's messages by id alone (they span queues), locked in msg_id order first: two flushes
+// touching overlapping sets cannot deadlock.
+const LOCK_BY_ID = `SELECT msg_id FROM queue_messages WHERE msg_id = ANY ($1::bigint[]) ORDER BY msg_id FOR UPDATE`;
+
+// The writer's archive of messages it cannot run (malformed, a stale lease's). One statement, as ARCHIVE_SQL.
 const ARCHIVE_BY_ID_SQL = `
-WITH locked AS MATERIALIZED (SELECT msg_id FROM queue_messages WHERE msg_id = ANY ($1::bigint[]) ORDER BY msg_id FOR UPDATE),
+WITH locked AS MATERIALIZED (${LOCK_BY_ID}),
 moved AS (
   DELETE FROM queue_messages m USING locked WHERE m.msg_id = locked.msg_id
   RETURNING m.msg_id, m.queue, m.read_ct, m.enqueued_at, m.vt, m.message
@@ -458,10 +462,9 @@ moved AS (
 INSERT INTO queue_archive (msg_id, queue, read_ct, enqueued_at, archived_at, vt, message)
 SELECT msg_id, queue, read_ct, enqueued_at, statement_timestamp(), vt, message FROM moved`;
 
-// The dispatcher's delete of released messages: by id alone, rows locked in msg_id order first (as
-// LOCK_IN_ORDER), so two batches deleting overlapping sets cannot deadlock.
+// The dispatcher's delete of the messages its batch's releases name.
 const DELETE_BY_ID_SQL = `
-WITH locked AS MATERIALIZED (SELECT msg_id FROM queue_messages WHERE msg_id = ANY ($1::bigint[]) ORDER BY msg_id FOR UPDATE)
+WITH locked AS MATERIALIZED (${LOCK_BY_ID})
 DELETE FROM queue_messages m USING locked WHERE m.msg_id = locked.msg_id`;
 
 // The dispatcher's visibility moves: $1 a JSON array of {msg_id, ms}; rows locked in msg_id order, as LOCK_IN_ORDER.
