@@ -2,7 +2,7 @@ import * as E from 'fp-ts/lib/Either.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../../src/adapters/ledger.js';
 import { archiveFinishedJobs } from '../../../src/adapters/postgres/archive.js';
-import { LOCK_SQL } from '../../../src/adapters/eventstore/postgres/write-transaction.js';
+import { LOCK_SQL } from '../../../src/adapters/eventstore/postgres/stream-sql.js';
 import { keyStateAt } from '../../../src/commands/key-state-at.js';
 import { KEY_STATE_SCHEMA_VERSION } from '../../../src/domain/key-state.js';
 import { silentLogger } from '../../../src/domain/ports/logger.js';

@@ -1,0 +1,40 @@
+import type pg from 'pg';
+import { DuplicateEventIdError } from '../../../domain/ports/event-store.js';
+import { StaleStateError, TransientWriteError } from '../../../domain/ports/ledger-store.js';
+import type { Statement } from '../../../projections/projection.js';
+import { isConnectionError } from '../../postgres/outage.js';
+
+// What a failed statement of a write transaction means to the key writer (./write-transaction.ts).
+
+export const isPgError = (error: unknown): error is pg.DatabaseError => error instanceof Error && 'code' in error && 'severity' in error;
+export const isAbortedTransaction = (error: unknown): boolean => isPgError(error) && error.code === '25P02';
+
+/** Labels a statement's error with the statement (its first words), for the log line that reports it. */
+export const named = (reason: unknown, statement: Statement | undefined): unknown => {
+  if (reason instanceof Error && statement !== undefined && !('query' in reason)) Object.assign(reason, { query: statement.text.replace(/\s+/g, ' ').trim().slice(0, 60) });
+  return reason;
+};
+
+/** What a failed statement means to the writer: run again, a duplicate job id, or the error itself. */
+export const mapError = (error: unknown): unknown => {
+  if (!isPgError(error)) {
+    // The connection went away (a restart, a network cut): nothing was committed, or the COMMIT's
+    // answer was lost. Either way a new transaction re-reads the streams and decides again.
+    return isConnectionError(error) ? new TransientWriteError((error as Error).message, { cause: error }) : error;
+  }
+  // deadlock_detected, serialization_failure, or a stream another transaction created first;
+  // class 57P (the server shutting down or restarting: admin_shutdown, crash_shutdown,
+  // cannot_connect_now) and class 08 (connection exceptions) end the session, not the flush.
+  if (error.code === '40P01' || error.code === '40001' || (error.code === '23505' && error.constraint === 'streams_pkey')) return new TransientWriteError(error.message);
+  if (isConnectionError(error)) return new TransientWriteError(error.message, { cause: error });
+  // WRITE_SQL's expected-revision check: a stream that had moved on gets no claimed row.
+  if (error.code === '23502' && error.column === 'stream_revision') return new StaleStateError(error.message);
+  // READ_CHECK_SQL: a stream a decision only read moved before the commit (DETAIL names them).
+  if (error.code === 'JL001') return new StaleStateError(error.message, (error.detail ?? '').split(', ').filter((s) => s !== ''));
+  if (error.code === '23505' && error.constraint === 'events_event_id_key') {
+    const eventId = /\(event_id\)=\(([0-9a-f-]+)\)/i.exec(error.detail ?? '')?.[1];
+    return new DuplicateEventIdError('', error.detail ?? '', eventId);
+  }
+  return error;
+};
+
