@@ -26,5 +26,4 @@ export { jobStream, keyStream } from './domain/streams.js';
 export { ValidationError } from './domain/values.js';
 export { defineJob, type JobContext, type JobDefinition, type JobHandler, type HandlerMap } from './adapters/worker/define-job.js';
 export { Worker, type WorkerOptions } from './adapters/worker/worker.js';
-export type { DispatchMessage } from './projections/dispatcher.js';
-export { PgQueue } from './adapters/queue/pg-queue.js';
+export type { DispatchMessage } from './domain/ports/ledger-store.js';

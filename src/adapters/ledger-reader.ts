@@ -15,7 +15,6 @@ import { listKeys, type KeyRow } from './postgres/queries/list-keys.js';
 import { listQueues, type QueueRow } from './postgres/queries/queues.js';
 import { eventCount, rowCounts } from './postgres/queries/replay-counts.js';
 import { listWorkers, type WorkerRow } from './postgres/queries/workers.js';
-import { dispatchQueue } from './queue/pg-queue.js';
 
 /** What opens a LedgerReader: the database, and the clock leases are judged by. */
 export interface LedgerReaderOptions {
@@ -75,7 +74,7 @@ export class LedgerReader {
 
   /** The names of the ledger's projections, in the order they apply (ledgerProjections). */
   get projections(): readonly string[] {
-    return ledgerProjections(dispatchQueue).map((p) => p.projection.name);
+    return ledgerProjections().map((p) => p.projection.name);
   }
 
   /** How many of these jobs have finished (completed, dead, cancelled or discarded), from the jobs read model. */
@@ -103,7 +102,7 @@ export class LedgerReader {
     return listWorkers(this.pool);
   }
 
-  /** Every dispatch queue: depth, visible now, oldest message, live consumers. */
+  /** Every dispatch queue: its depth, what waits to be claimed and since when, live consumers. */
   queues(): Promise<QueueRow[]> {
     return listQueues(this.pool);
   }

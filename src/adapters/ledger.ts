@@ -30,7 +30,7 @@ import { PostgresSnapshotStore } from './postgres/postgres-snapshot-store.js';
 import { projectionMode, type ProjectionMode } from './postgres/projection-mode.js';
 import { jobStreamOf } from './postgres/queries/job-stream.js';
 import { deadJobsOf } from './postgres/queries/dead-jobs.js';
-import { PgQueue, dispatchQueue } from './queue/pg-queue.js';
+import { JobQueue } from './queue/job-queue.js';
 import { inputFor, isJobDefinition, type JobDefinition, type JobOverrides } from './worker/define-job.js';
 import { Sweeper } from './worker/sweeper.js';
 import { Worker, type WorkerOptions } from './worker/worker.js';
@@ -78,7 +78,7 @@ interface LedgerParts {
   readonly notifications: Notifications;
   readonly outages: DatabaseOutages;
   readonly store: PostgresEventStore;
-  readonly queue: PgQueue;
+  readonly queue: JobQueue;
   readonly writer: KeyWriter;
   readonly pool: pg.Pool;
   readonly ownsPool: boolean;
@@ -99,7 +99,7 @@ interface LedgerParts {
  * - writes: enqueue, execute, the operator actions and dead-job retries, all by the one KeyWriter;
  * - the projections of ledgerProjections() (src/projections/ledger-projections.ts): inline in the
  *   store's appends, or one AsyncProjectionRunner each, started by start();
- * - the sweeper, the workers (worker()) and the dispatch queue (queue) they read;
+ * - the sweeper, the workers (worker()) and the wake-ups of the dispatch queues they read (queue);
  * - reads of the ledger itself: keyState, keyStateAt, audit, jobHistory, explain, archive;
  * - reads of the read models and the workers' presence, as LedgerReader (keys, keyDetail, jobs,
  *   workers, finishedJobs; rebuild and verify), each query in src/adapters/postgres/queries/.
@@ -108,7 +108,8 @@ interface LedgerParts {
  */
 export class Ledger extends LedgerReader {
   readonly store: EventStore;
-  readonly queue: PgQueue;
+  /** The dispatch queues' wake-ups (a queue's messages are its jobs' jl_jobs rows, claimed by the key writer). */
+  readonly queue: JobQueue;
   readonly projectionMode: ProjectionMode;
   private readonly writer: KeyWriter;
   private readonly notifications: Notifications;
@@ -160,7 +161,7 @@ export class Ledger extends LedgerReader {
         },
         { outages, timeoutMs: options.waitForDatabaseMs ?? 0, random, clock: Date.now },
       );
-      const projections = ledgerProjections(dispatchQueue);
+      const projections = ledgerProjections();
       // One LISTEN connection for the whole process: queue wake-ups, lost leases, subscriptions.
       const notifications = new Notifications(pool.options, outages);
       const store = new PostgresEventStore(pool, { inline: mode === 'inline' ? projections.map((p) => p.projection) : [], notifyFlushes: mode === 'async', notifications });
@@ -174,7 +175,7 @@ export class Ledger extends LedgerReader {
         outages,
       });
       await declareQueueCaps(writer, caps);
-      return new Ledger({ notifications, outages, store, queue: new PgQueue(pool, notifications), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, projections, sweepIntervalMs: options.sweepIntervalMs });
+      return new Ledger({ notifications, outages, store, queue: new JobQueue(notifications), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, projections, sweepIntervalMs: options.sweepIntervalMs });
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;

@@ -27,8 +27,10 @@ export async function attemptFlush(ctx: FlushContext, batch: readonly Submission
   const tx = await ctx.store.begin();
   const scratches = new Map<string, Scratch>();
   try {
-    const { items: read, counts, malformed } = await readMessages(ctx.log, tx, reads);
-    // A message of a stream another flush in flight decides on waits for a later flush (released).
+    const passed = ctx.passOver.now(ctx.clock());
+    const { items: read, counts } = await readMessages(tx, reads, { streams: [...new Set([...passed.streams, ...[...ctx.busy].filter((s) => !mine.has(s))])], jobs: passed.jobs });
+    // A job of a stream another flush in flight decides on (it became busy while the read was on
+    // its way) is left for a later flush: its row lock goes with this transaction.
     const elsewhere = read.filter((i) => ctx.busy.has(i.stream) && !mine.has(i.stream));
     const readItems = read.filter((i) => !elsewhere.includes(i));
     for (const i of readItems) {
@@ -37,7 +39,7 @@ export async function attemptFlush(ctx: FlushContext, batch: readonly Submission
     }
     const items = [...batch.flatMap((s) => s.items), ...readItems];
     if (items.length === 0) {
-      await tx.commit({ appends: [], archive: malformed, release: elsewhere.map((i) => i.msgId) });
+      await tx.commit({ appends: [] });
       for (const r of reads) r.resolve({ read: counts.get(r) ?? 0, started: [] });
       return [];
     }
@@ -74,9 +76,8 @@ export async function attemptFlush(ctx: FlushContext, batch: readonly Submission
     const postponed = batch.filter((s) => waits(s.items));
     const failed = batch.filter((s) => !waits(s.items) && fails(s.items) !== undefined);
     const going = batch.filter((s) => !postponed.includes(s) && !failed.includes(s));
-    const release = [...elsewhere, ...readItems.filter((i) => waits([i]))].map((i) => i.msgId);
-    // A message of a stream that cannot be read waits (hidden) for the stream to be fixed; the others start.
-    const delayed = readItems.filter((i) => !waits([i]) && broken.has(i.stream)).map((i) => i.msgId);
+    // A job of a stream that cannot be read waits for the stream to be fixed (passed over); the others start.
+    for (const i of readItems) if (!waits([i]) && broken.has(i.stream)) ctx.passOver.stream(i.stream, ctx.clock() + ctx.options.passOverMs);
     const readGoing = readItems.filter((i) => !waits([i]) && !broken.has(i.stream));
     const quarantine = [...broken.values()].filter((e): e is EventDecodeError => e instanceof EventDecodeError);
 
@@ -112,7 +113,8 @@ export async function attemptFlush(ctx: FlushContext, batch: readonly Submission
       const refusal = refused && decided.get(refused)!;
       if (refusal !== undefined && E.isLeft(refusal)) throw new SubmissionRefused(sub, new RefusedError(refusal.left, refused!.stream));
     }
-    const archive = [...malformed, ...readGoing.filter((i) => E.isLeft(decided.get(i)!)).map((i) => i.msgId)];
+    // A refused Start (a stale lease, one already started) means the row is behind the ledger (an async read model): passed over until it catches up.
+    for (const i of readGoing) if (E.isLeft(decided.get(i)!)) ctx.passOver.job(i.message.jobId, ctx.clock() + ctx.options.passOverMs);
     const { appends, snapshots, after } = decisions.appends(ctx.options.snapshotEvery);
     // Invariant 9: what a decision only read is checked at commit too. Locked streams cannot
     // move under this transaction; those decided on unlocked can: the states it trusted
@@ -123,11 +125,8 @@ export async function attemptFlush(ctx: FlushContext, batch: readonly Submission
     ];
     const committed = await tx.commit({
       appends,
-      archive,
-      release,
       snapshots,
       ...(readChecks.length > 0 ? { readChecks } : {}),
-      ...(delayed.length > 0 ? { delay: { msgIds: delayed, ms: ctx.options.quarantinedMessageDelayMs } } : {}),
       ...(quarantine.length > 0 ? { quarantine } : {}),
       ...(optimistic ? { lockFirst: streams } : {}),
     }).catch(async (error: unknown) => {
@@ -160,7 +159,7 @@ export async function attemptFlush(ctx: FlushContext, batch: readonly Submission
       const started = mine.flatMap((i): StartedJob[] => {
         const d = decided.get(i);
         const event = d !== undefined && E.isRight(d) ? d.right.events.find((e) => e.type === 'JobStarted') : undefined;
-        return event?.type === 'JobStarted' ? [{ msgId: i.msgId, stream: i.stream, message: i.message, started: event.data }] : [];
+        return event?.type === 'JobStarted' ? [{ stream: i.stream, message: i.message, started: event.data }] : [];
       });
       r.resolve({ read: counts.get(r) ?? 0, started });
     }

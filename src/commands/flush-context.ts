@@ -5,6 +5,7 @@ import type { Logger } from '../domain/ports/logger.js';
 import type { Outages } from '../domain/ports/outages.js';
 import type { FillLater } from '../domain/decide/index.js';
 import { KEY_STREAM_PREFIX } from '../domain/streams.js';
+import type { PassOver } from './flush-messages.js';
 import type { CommandResult, KeyCommand, ReadAndStart, ReadStarted } from './key-command.js';
 import type { KeyStates } from './key-states.js';
 import type { ResolvedKeyWriterOptions } from './key-writer-options.js';
@@ -59,10 +60,9 @@ export interface Read {
   readonly reject: (error: unknown) => void;
 }
 
-/** A Start the flush makes of a message it read. */
+/** A Start the flush makes of a job it claimed. */
 export interface ReadItem extends KeyCommand {
   readonly read: Read;
-  readonly msgId: string;
   readonly message: DispatchMessage;
 }
 
@@ -83,6 +83,8 @@ export interface FlushContext {
   readonly lastIds: WeakMap<KeyCommand, string[]>;
   /** Streams this writer found quarantined: logged as an error the first time only. */
   readonly quarantined: Set<string>;
+  /** Jobs this writer's reads pass over for a while: it claimed them and could not start them. */
+  readonly passOver: PassOver;
   /** Every stream the command decides on, as planned. */
   streamsOf(item: KeyCommand): readonly string[];
   /** Plans the command's streams again (its own, those the states suggest, those it was found to need). */

@@ -35,9 +35,8 @@ export interface Loaded {
   readonly revision: StreamRevision | 'no_stream';
 }
 
-/** A job a worker asked the writer to read and start: its message and its JobStarted. */
+/** A job a worker asked the writer to read and start: what its row said, and its JobStarted. */
 export interface StartedJob {
-  readonly msgId: string;
   readonly stream: string;
   readonly message: DispatchMessage;
   readonly started: EventData<'JobStarted'>;
@@ -45,7 +44,6 @@ export interface StartedJob {
 
 export interface ReadAndStart {
   readonly queue: string;
-  readonly vtMs: number;
   /** How many to read, asked when the flush starts (the worker's free slots then). */
   readonly qty: () => number;
   readonly workerId: string;
@@ -53,7 +51,7 @@ export interface ReadAndStart {
 }
 
 export interface ReadStarted {
-  /** Messages read (started or not): fewer than asked means the queue had no more visible. */
+  /** Jobs claimed (started or not): fewer than asked means the queue had no more to claim. */
   readonly read: number;
   readonly started: readonly StartedJob[];
 }

@@ -24,11 +24,12 @@ export interface KeyWriterOptions {
   /** Where load() starts from (writes save snapshots through the flush itself). */
   readonly snapshots?: SnapshotStore;
   /**
-   * How long the dispatch message of a quarantined stream (one with an event that does not
-   * decode) stays hidden before a flush reads it again: it waits for the stream to be fixed,
-   * neither lost nor read over and over.
+   * How long this writer's reads pass over a job they claimed and could not start (its stream
+   * quarantined: an event that does not decode; or its Start refused: an async read model behind
+   * the ledger): it waits for the stream to be fixed or the read model to catch up, neither lost
+   * nor claimed over and over.
    */
-  readonly quarantinedMessageDelayMs?: number;
+  readonly passOverMs?: number;
   /** Told of failures the database's absence explains, and of its answering again (one log line each, there). */
   readonly outages?: Outages;
   /**
@@ -45,7 +46,7 @@ export const KEY_WRITER_DEFAULTS = {
   cacheSize: 10_000,
   maxFlushCommands: 5_000,
   maxConcurrentFlushes: 2,
-  quarantinedMessageDelayMs: 30_000,
+  passOverMs: 30_000,
   outageWaitMs: 120_000,
 } as const;
 

@@ -1,6 +1,6 @@
-// Projections of the ledger: the read models (jl_*), the dispatcher (queue messages), applying
+// Projections of the ledger: the read models (jl_*), the dispatcher (wake-ups, lost leases), applying
 // them (inline statements, async runners, checkpoints), rebuild and verify. Ledger.open wires the read models and the dispatcher.
-export { DISPATCHER, LEASE_LOST_CHANNEL, createDispatcher, projectDispatch, type DispatchMessage, type DispatchQueue } from './dispatcher.js';
+export { DISPATCHER, LEASE_LOST_CHANNEL, QUEUE_CHANNEL, createDispatcher, projectDispatch } from './dispatcher.js';
 export { isLedgerStream, keyOfStream, statement, type ProjectedEvent, type Projection, type Statement } from './projection.js';
 export { READ_MODELS, READ_MODEL_TABLES, createReadModelProjections, projectReadModels } from './read-models.js';
 export { NotRebuildableError, ProjectionBusyError, rebuild, rebuildSpec, replayInto, type RebuildOptions, type Rebuilt } from './rebuild.js';

@@ -1,4 +1,4 @@
-import { createDispatcher, type DispatchQueue } from './dispatcher.js';
+import { createDispatcher } from './dispatcher.js';
 import type { Projection } from './projection.js';
 import { READ_MODELS, createReadModelProjections } from './read-models.js';
 
@@ -13,9 +13,9 @@ export interface LedgerProjection {
  * transaction; async, one runner each, a follower never ahead of the one it follows. The one list
  * that Ledger.open (either mode) and `jobledger replay` read.
  */
-export const ledgerProjections = (dispatchQueue: DispatchQueue): readonly LedgerProjection[] => [
+export const ledgerProjections = (): readonly LedgerProjection[] => [
   { projection: createReadModelProjections() },
-  // The dispatcher builds its messages from jl_jobs: it must see the read models' rows first.
-  { projection: createDispatcher(dispatchQueue), follows: READ_MODELS },
+  // The dispatcher wakes readers of the jl_jobs rows the read models made claimable: it must come after them.
+  { projection: createDispatcher(), follows: READ_MODELS },
 ];
 

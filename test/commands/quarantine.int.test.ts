@@ -46,7 +46,7 @@ const openWriter = () => {
   const pool = new pg.Pool({ connectionString: db.url, max: 3, pipeline: true } as pg.PoolConfig);
   pool.on('error', () => undefined);
   const store = new PostgresEventStore(pool, { inline: [createReadModelProjections(), createDispatcher(dispatchQueue)] });
-  const writer = new KeyWriter(store, store, { clock: () => now, random: () => 0.5, logger: silentLogger, eventId: keyEventId, quarantinedMessageDelayMs: DELAY_MS });
+  const writer = new KeyWriter(store, store, { clock: () => now, random: () => 0.5, logger: silentLogger, eventId: keyEventId, passOverMs: DELAY_MS });
   const sweeper = new Sweeper(writer, pool, silentLogger, { clock: () => now, random: () => 0.5 });
   return {
     pool,

@@ -43,13 +43,13 @@ export const registerMetrics = (app: FastifyInstance, ledger: Ledger): void => {
       // Every status, 0 included, so a rate or an alert on one never sees its series vanish.
       for (const status of Object.keys(JobStatus.keys)) g.set({ status }, f.jobsByStatus[status] ?? 0);
     }),
-    gauge('queue_depth', 'Messages in the dispatch queue (visible or in flight).', ['queue'], (g, f) => {
+    gauge('queue_depth', 'Jobs of the dispatch queue holding a slot (waiting to be claimed, or running).', ['queue'], (g, f) => {
       for (const m of f.queueMetrics) g.set({ queue: m.queue }, m.depth);
     }),
-    gauge('queue_visible_messages', 'Messages a worker could read now.', ['queue'], (g, f) => {
+    gauge('queue_visible_messages', 'Admitted jobs of the queue a worker could claim now.', ['queue'], (g, f) => {
       for (const m of f.queueMetrics) g.set({ queue: m.queue }, m.visibleNow);
     }),
-    gauge('queue_oldest_message_age_seconds', 'Age of the oldest message in the queue (0 when empty).', ['queue'], (g, f) => {
+    gauge('queue_oldest_message_age_seconds', 'How long the oldest admitted job nobody started has waited to be claimed (0 when none waits).', ['queue'], (g, f) => {
       for (const m of f.queueMetrics) g.set({ queue: m.queue }, (m.oldestAgeMs ?? 0) / 1000);
     }),
     gauge('queue_consumers', 'Live workers reading the dispatch queue (0 with messages waiting: nobody takes them).', ['queue'], (g, f) => {

@@ -14,11 +14,12 @@ import { queueName } from './migrations/0011-queue-name.js';
 import { stoppingHolders } from './migrations/0012-stopping-holders.js';
 import { readChecks } from './migrations/0013-read-checks.js';
 import { leaseGrace } from './migrations/0014-lease-grace.js';
+import { liveRow } from './migrations/0015-live-row.js';
 import type { Migration } from './migrations/migration.js';
 
 export type { Migration } from './migrations/migration.js';
 
-export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName, stoppingHolders, readChecks, leaseGrace];
+export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName, stoppingHolders, readChecks, leaseGrace, liveRow];
 
 /**
  * Applies the pending migrations, all in one transaction: a process sees the whole schema or the

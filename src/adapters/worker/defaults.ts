@@ -8,7 +8,6 @@ export const WORKER_DEFAULTS = {
   concurrency: 10,
   pollIntervalMs: 1_000,
   graceMs: 10_000,
-  visibilityMs: 30_000,
   handoffSliceMs: 1_000,
   unknownJobs: 'give-back',
   unknownJobDelayMs: 10_000,

@@ -9,7 +9,7 @@ import type { Outages } from '../../domain/ports/outages.js';
 import type { Logger } from '../../domain/ports/logger.js';
 import { ValidationError, escapeUnstorable } from '../../domain/values.js';
 import type { Queryable } from '../../projections/transaction.js';
-import type { PgQueue } from '../queue/pg-queue.js';
+import type { JobQueue } from '../queue/job-queue.js';
 import { Wakeup } from '../wakeup.js';
 import { handlerTable, type HandlerMap, type JobHandler } from './define-job.js';
 import { WORKER_DEFAULTS } from './defaults.js';
@@ -22,7 +22,7 @@ export interface WorkerDeps {
     executeMany(items: readonly KeyCommand[]): Promise<CommandResult[]>;
     readAndStart(request: ReadAndStart): Promise<ReadStarted>;
   };
-  readonly queue: Pick<PgQueue, 'listen'>;
+  readonly queue: Pick<JobQueue, 'listen'>;
   /** The ledger's database, for what the worker tells operators about itself (its presence row). */
   readonly db: Queryable;
   /** Whether admissions are dispatched inline, in the append: direct handoff needs it. */
@@ -49,8 +49,6 @@ export interface WorkerOptions {
   readonly pollIntervalMs?: number;
   /** How long stop() lets running handlers finish before yielding them (default 10 s). */
   readonly graceMs?: number;
-  /** Visibility of a message read but not yet started (default 30 s); once started, the message follows the job's lease. */
-  readonly visibilityMs?: number;
   /** Renew leases (default true; tests turn it off to let a lease lapse under a live handler). */
   readonly heartbeat?: boolean;
   /** How often the worker refreshes its presence row (default 5 s, see PRESENCE_INTERVAL_MS_DEFAULT); it is called gone after 3 of these unseen. */
@@ -87,8 +85,6 @@ export type UnknownJobs = (typeof UNKNOWN_JOBS)[number];
 const GIVE_BACK_JITTER = 0.2;
 
 interface Running {
-  /** Its queue message; null for a job started by direct handoff (it has none). */
-  readonly msgId: string | null;
   readonly stream: string;
   readonly jobId: string;
   readonly key: string | null;
@@ -104,11 +100,8 @@ interface Running {
   done: Promise<void>;
 }
 
-/** A job the ledger has just started for this worker, ready to run: its dispatch message's fields (attempt and lease as started), and where it runs from. */
+/** A job the ledger has just started for this worker, ready to run: what its row said (attempt and lease as started), and where it runs from. */
 interface Admitted extends DispatchMessage {
-  /** null for a job started by direct handoff (it has no message). */
-  readonly msgId: string | null;
-  readonly stream: string;
   readonly sliceStartedAt: number;
 }
 
@@ -255,7 +248,6 @@ export class Worker {
         try {
           const { read, started } = await this.deps.writer.readAndStart({
             queue: this.queueName,
-            vtMs: this.options.visibilityMs ?? WORKER_DEFAULTS.visibilityMs,
             workerId: this.workerId,
             // Asked when the flush starts: the slots free then, not now.
             qty: () => (asked = this.stopping ? 0 : Math.max(0, this.free())),
@@ -264,7 +256,7 @@ export class Worker {
           this.moreWaiting = asked > 0 && read >= asked;
           if (this.moreWaiting) continue;
         } catch (error) {
-          // Nothing was started: the messages become visible again when their timeout passes.
+          // Nothing was started: the jobs claimed are claimable again (their row locks went with the transaction).
           if (!this.deps.outages.failed(error)) this.log.error({ err: error }, 'reading and starting jobs failed; retrying');
           await new Promise((resolve) => setTimeout(resolve, 1_000));
           continue;
@@ -279,10 +271,10 @@ export class Worker {
   }
 
   private run(admitted: Admitted): void {
-    const { msgId, stream, jobId, key, leaseId, name, args, attempt, leaseMs, sliceStartedAt } = admitted;
+    const { stream, jobId, key, leaseId, name, args, attempt, leaseMs, sliceStartedAt } = admitted;
     const controller = new AbortController();
     const log = this.log.child({ jobId, key, leaseId, attempt });
-    const run: Running = { msgId, stream, jobId, key, leaseId, leaseMs, controller, sliceStartedAt, heartbeat: undefined, done: Promise.resolve() };
+    const run: Running = { stream, jobId, key, leaseId, leaseMs, controller, sliceStartedAt, heartbeat: undefined, done: Promise.resolve() };
     if (this.options.heartbeat !== false) {
       run.heartbeat = setInterval(() => this.renew(run, log), Math.max(100, Math.floor(leaseMs / 3)));
     }
@@ -402,7 +394,6 @@ export class Worker {
       | undefined;
     if (started === undefined) return;
     const admitted: Admitted = {
-      msgId: null,
       stream: from.stream,
       jobId: job.jobId,
       key: job.key,
@@ -450,7 +441,6 @@ export class Worker {
 }
 
 const admittedFrom = (s: StartedJob): Admitted => ({
-  msgId: s.msgId,
   stream: s.stream,
   jobId: s.message.jobId,
   key: s.message.key,

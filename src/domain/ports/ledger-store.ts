@@ -6,33 +6,37 @@ import type { GlobalPosition, JsonObject, RecordedEvent, Snapshot, StreamAppend,
 // about to decide on, and writes every append of a flush together with what the inline
 // projections make of it. src/adapters/eventstore/postgres/write-transaction.ts implements it.
 
-/** What the dispatcher puts on the job's queue for each admission (SlotAcquired, JobPromoted). */
+/**
+ * An admitted job as a worker claims it: what its jl_jobs row (the dispatch message, migration
+ * 0015) says it needs to start and run it.
+ */
 export interface DispatchMessage {
   readonly jobId: string;
   /** null for a job without a concurrency key. */
   readonly key: string | null;
+  /** Where the job is recorded: the stream its Start is decided on. */
+  readonly stream: string;
   /** The lease the worker must Start/Renew/Complete/Fail with. */
   readonly leaseId: string;
   readonly name: string;
   readonly args: unknown;
   /** Starts so far + 1: the attempt this admission will be if the worker starts it. */
   readonly attempt: number;
-  /** The job's lease: a read hides the message at least this long, so once started it stays hidden as long as the lease lives. */
+  /** The job's lease. */
   readonly leaseMs: number;
 }
 
-/** A message as read: hidden from other readers for the read's visibility timeout. */
-export interface ReceivedMessage {
-  readonly msgId: string;
-  readonly readCt: number;
-  /** As stored; the reader checks its shape (anyone may send to a queue). */
-  readonly message: unknown;
-}
-
-export interface MessageRead {
+/**
+ * A worker's read: up to `qty` admitted jobs of `queue` nobody started, claimed (row-locked, other
+ * readers skip them) until the transaction ends, which starts them. The skips are jobs the reader
+ * knows it cannot start now: streams another of its flushes is deciding on or that it found
+ * unreadable, jobs whose Start it was refused a moment ago (an async read model behind the ledger).
+ */
+export interface Claim {
   readonly queue: string;
-  readonly vtMs: number;
   readonly qty: number;
+  readonly skipStreams: readonly string[];
+  readonly skipJobs: readonly string[];
 }
 
 /** Lock a stream and bring its state up to date from `after` (the revision the caller's state is at; absent: read nothing, only lock). */
@@ -73,16 +77,6 @@ export interface DecidedAppend extends StreamAppend {
 export interface Commit {
   /** One per stream, each expecting the revision it was locked at. */
   readonly appends: readonly DecidedAppend[];
-  /** Messages read in this transaction whose Start was refused: nothing will run them. */
-  readonly archive?: readonly string[];
-  /** Messages read in this transaction that it leaves for a later one: visible again at once. */
-  readonly release?: readonly string[];
-  /**
-   * Messages read in this transaction whose stream it could not read (an event that does not
-   * decode): visible again after `ms`, not at once, so they wait for the stream to be fixed
-   * instead of being read by every flush.
-   */
-  readonly delay?: { readonly msgIds: readonly string[]; readonly ms: number };
   /** The streams the flush stopped at, and why: recorded as the key writer's quarantines, in this transaction. */
   readonly quarantine?: readonly EventDecodeError[];
   readonly snapshots?: readonly Snapshot[];
@@ -107,10 +101,10 @@ export interface Committed {
 /**
  * One transaction, used in this order: read (optional) -> lock -> commit, or rollback at any
  * point. Nothing is visible to others before commit resolves, and a failure anywhere rolls all of
- * it back: messages read become visible again when their timeout passes, nothing is appended.
+ * it back: the jobs claimed are claimable again at once, nothing is appended.
  */
 export interface WriteTransaction {
-  read(reads: readonly MessageRead[]): Promise<readonly (readonly ReceivedMessage[])[]>;
+  read(claims: readonly Claim[]): Promise<readonly (readonly DispatchMessage[])[]>;
   /** Locks the streams (in one order for every transaction, so two flushes never deadlock on them). */
   lock(requests: readonly LockRequest[]): Promise<ReadonlyMap<string, LockedStream>>;
   commit(commit: Commit): Promise<Committed>;

@@ -23,12 +23,11 @@ interface Replayed {
 
 /** The projections named by --projection (default: every rebuildable one); a UsageError before anything is opened. */
 const chosen = async (name: string | undefined): Promise<Projection[]> => {
-  const [{ ledgerProjections }, { NotRebuildableError, rebuildSpec }, { dispatchQueue }] = await Promise.all([
+  const [{ ledgerProjections }, { NotRebuildableError, rebuildSpec }] = await Promise.all([
     import('../../../projections/ledger-projections.js'),
     import('../../../projections/rebuild.js'),
-    import('../../queue/pg-queue.js'),
   ]);
-  const known = ledgerProjections(dispatchQueue).map((p) => p.projection);
+  const known = ledgerProjections().map((p) => p.projection);
   const rebuildable = known.filter((p) => p.rebuild !== undefined);
   if (name === undefined) return rebuildable;
   const projection = known.find((p) => p.name === name);
@@ -37,7 +36,7 @@ const chosen = async (name: string | undefined): Promise<Projection[]> => {
   try {
     rebuildSpec(projection);
   } catch (error) {
-    if (error instanceof NotRebuildableError) throw new UsageError(`--projection: ${error.message} (its effect is queue messages); rebuildable: ${names}`);
+    if (error instanceof NotRebuildableError) throw new UsageError(`--projection: ${error.message} (its effects are notifications); rebuildable: ${names}`);
     throw error;
   }
   return [projection];

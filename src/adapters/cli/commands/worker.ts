@@ -9,10 +9,7 @@ import { duration, each, integer, queueCap, queueCaps } from '../parse.js';
 // The help states the defaults the worker applies itself, from WORKER_DEFAULTS: a light module of
 // its own, as registering the command must not load the worker (fp-ts, io-ts, the domain).
 
-/**
- * The longest --grace, --visibility and --handoff-slice: a day. Past 2^31-1 ms (24.8 days) Node's
- * timer for the grace fires at once, and a visibility past PostgreSQL's interval fails each read.
- */
+/** The longest --grace and --handoff-slice: a day. Past 2^31-1 ms (24.8 days) Node's timer for the grace fires at once. */
 const MAX_WORKER_DURATION_MS = 24 * 3_600_000;
 
 interface WorkerFlags {
@@ -21,7 +18,6 @@ interface WorkerFlags {
   concurrency?: number;
   grace?: number;
   sweeper?: boolean;
-  visibility?: number;
   heartbeat: boolean;
   handoffSlice?: number;
   unknownJobs?: UnknownJobs;
@@ -44,7 +40,6 @@ export const registerWorker = (program: Command, ctx: CommandContext): void => {
     )
     .option('--queue-cap <queue=n>', 'a queue capped at n running jobs across every process (repeatable; default: JOBLEDGER_QUEUES, e.g. "builds=3,emails=10"); recorded as the limit of the key queue:<queue>', each(queueCap('--queue-cap')))
     .option('--sweeper', 'also run the sweeper (lease expiry, due jobs); one instance leads at a time')
-    .option('--visibility <duration>', `how long a message read but not yet started stays invisible to other workers (default: ${ms(WORKER_DEFAULTS.visibilityMs)})`, duration('--visibility', MAX_WORKER_DURATION_MS))
     .option('--handoff-slice <duration>', `how long a handler slot keeps starting its key's next job directly before that goes through the queue (0: no direct handoff; default: ${ms(WORKER_DEFAULTS.handoffSliceMs)})`, duration('--handoff-slice', MAX_WORKER_DURATION_MS))
     .option('--unknown-jobs <what>', `a job whose name no handler here knows: give-back (its attempt not counted, offered again later) or fail (the attempt) (default: ${WORKER_DEFAULTS.unknownJobs})`)
     .option('--unknown-job-delay <duration>', `how long a job given back waits before it is offered again (default: ${ms(WORKER_DEFAULTS.unknownJobDelayMs)}, plus up to a fifth at random)`, duration('--unknown-job-delay'))
@@ -79,7 +74,6 @@ export const registerWorker = (program: Command, ctx: CommandContext): void => {
             queue: flags.queue,
             ...(flags.unknownJobs !== undefined ? { unknownJobs: flags.unknownJobs } : {}),
             ...(flags.concurrency !== undefined ? { concurrency: flags.concurrency } : {}),
-            ...(flags.visibility !== undefined ? { visibilityMs: flags.visibility } : {}),
             ...(flags.handoffSlice !== undefined ? { handoffSliceMs: flags.handoffSlice } : {}),
             ...(flags.unknownJobDelay !== undefined ? { unknownJobDelayMs: flags.unknownJobDelay } : {}),
             ...(flags.unknownJobDeadAfter !== undefined ? { unknownJobDeadAfterMs: flags.unknownJobDeadAfter } : {}),

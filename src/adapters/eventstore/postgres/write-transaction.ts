@@ -16,8 +16,8 @@ import {
   type HandedOffJob,
   type LockRequest,
   type LockedStream,
-  type MessageRead,
-  type ReceivedMessage,
+  type Claim,
+  type DispatchMessage,
   type WriteTransaction,
 } from '../../../domain/ports/ledger-store.js';
 import { decodeRecorded } from '../../../domain/recorded.js';
@@ -26,16 +26,16 @@ import type { ProjectedEvent, Projection, Statement } from '../../../projections
 import { keyOfStream } from '../../../projections/projection.js';
 import { WRITER, quarantineOf, recordQuarantines, type Quarantine } from '../../../projections/quarantine.js';
 import { projectAll, statementName } from '../../../projections/apply.js';
-import { dispatchQueue, readStatement } from '../../queue/pg-queue.js';
+import { claimStatement } from '../../queue/job-queue.js';
 import { toRecordedEvent, type EventRow } from './event-rows.js';
 import { BEGIN_SQL, DELTAS_SQL, LOCK_SQL, NOTIFY_EVENTS_SQL, READ_CHECK_SQL, SAVE_SNAPSHOTS_SQL, SNAPSHOTS_SQL, WRITE_FLUSH_SQL, WRITE_RETURNING_SQL, type LockRow, type WireEvent } from './stream-sql.js';
 import { isAbortedTransaction, isPgError, mapError, named } from './write-errors.js';
 
 // One transaction of the key writer (src/commands/key-writer.ts), on one pipelining connection,
 // in three round trips at most:
-//   read    BEGIN; the dispatch queue reads (their messages name streams to lock)
+//   read    BEGIN; the dispatch reads (the jobs they claim name streams to lock)
 //   lock    [BEGIN;] LOCK_SQL (and, for a stream it waited for, SNAPSHOTS_SQL; DELTAS_SQL)
-//   commit  WRITE_*_SQL; the inline projections' statements; archives, snapshots, NOTIFY; COMMIT
+//   commit  WRITE_*_SQL; the inline projections' statements; quarantines, snapshots, NOTIFY; COMMIT
 // Every statement of a round trip goes out at once; none of a later one is sent before the
 // earlier one's results are in, since the writer decides on them. A statement that fails aborts
 // the transaction, so everything after it is refused and COMMIT answers ROLLBACK: nothing of the
@@ -78,9 +78,9 @@ export class PgWriteTransaction implements WriteTransaction {
     this.client.release(this.broken);
   }
 
-  async read(reads: readonly MessageRead[]): Promise<readonly (readonly ReceivedMessage[])[]> {
-    const results = await this.run(reads.map((r) => readStatement(r.queue, r.vtMs, r.qty)));
-    return results.map((r) => r.rows.map((row: { msg_id: string; read_ct: number; message: unknown }) => ({ msgId: row.msg_id, readCt: row.read_ct, message: row.message })));
+  async read(claims: readonly Claim[]): Promise<readonly (readonly DispatchMessage[])[]> {
+    const results = await this.run(claims.map(claimStatement));
+    return results.map((r) => r.rows as DispatchMessage[]);
   }
 
   async lock(requests: readonly LockRequest[]): Promise<ReadonlyMap<string, LockedStream>> {
@@ -169,10 +169,6 @@ export class PgWriteTransaction implements WriteTransaction {
     }
     if (heads.length > 0) statements.push({ text: commit.positions === true ? WRITE_RETURNING_SQL : WRITE_FLUSH_SQL, values: [JSON.stringify(heads), JSON.stringify(wire), heads.map((h) => h.stream)] });
     statements.push(...projectAll(this.options.inline, projected));
-    if (commit.archive?.length) statements.push(dispatchQueue.archive(commit.archive));
-    if (commit.release?.length) statements.push(dispatchQueue.setVisibility(commit.release.map((msgId) => ({ msgId, ms: 0 }))));
-    const delay = commit.delay;
-    if (delay !== undefined && delay.msgIds.length > 0) statements.push(dispatchQueue.setVisibility(delay.msgIds.map((msgId) => ({ msgId, ms: delay.ms }))));
     const quarantined = (commit.quarantine ?? []).map(quarantineOf).filter((q): q is Quarantine => q !== undefined);
     if (quarantined.length > 0) statements.push(recordQuarantines(WRITER, quarantined));
     if (commit.snapshots?.length) {

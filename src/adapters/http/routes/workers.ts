@@ -25,11 +25,11 @@ export const registerWorkerRoutes = (app: FastifyInstance, ledger: LedgerReader)
   });
 
   /**
-   * Every dispatch queue (sent to, or read by a live worker), by name:
+   * Every dispatch queue (with jobs holding a slot, or read by a live worker), by name:
    * `{ now, queues: [{ queue, depth, visibleNow, oldestAgeMs, consumers, capacity }] }`.
-   * `depth`: messages visible or in flight; `visibleNow`: what a read would get now;
-   * `oldestAgeMs`: null when empty; `consumers`: live workers reading it; `capacity`: their
-   * concurrency summed.
+   * `depth`: its jobs holding a slot (waiting to be claimed or running); `visibleNow`: what a
+   * read would claim now; `oldestAgeMs`: the oldest admission waiting, null when none waits;
+   * `consumers`: live workers reading it; `capacity`: their concurrency summed.
    */
   app.get('/api/queues', async (request) => {
     decodeInput(NoQuery, request.query, '(query)');

@@ -96,7 +96,7 @@ const homeKey = (stream: string) =>
   `CASE WHEN ${stream} LIKE '${KEY_STREAM_PREFIX}%' THEN substr(${stream}, ${KEY_STREAM_PREFIX.length + 1}) ELSE ${stream} END`;
 
 // $1: the key's stream, $2: now (epoch ms). Reads jl_keys (jl_keys_pkey), jl_key_stats, jl_slots
-// (jl_slots_stream; guests' home slots by jl_slots_pkey), jl_parked (jl_parked_order), jl_limit_jobs
+// (jl_jobs_holders; guests' home slots by jl_jobs_pkey), jl_parked (jl_jobs_parked), jl_limit_jobs
 // (jl_limit_jobs_pkey), jl_jobs (jl_jobs_pkey; scheduled ones by jl_jobs_stream), workers
 // (workers_pkey) and jl_quarantined (jl_quarantined_pkey), each for this key alone.
 export const KEY_DETAIL_SQL = /* sql */ `

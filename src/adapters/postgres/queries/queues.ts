@@ -2,16 +2,16 @@ import type { Queryable } from '../../../projections/transaction.js';
 import { workerLive } from './workers.js';
 
 // Per dispatch queue, what an operator asks in an incident: is work waiting, since when, and is
-// anyone reading it. One statement over the queue tables (migration 0002) and the workers'
-// presence (0009); ages on the database's clock, the clock the queue's times are written by.
+// anyone reading it. One statement over the jobs' rows (a queue's messages are its admitted jobs
+// nobody started, migration 0015) and the workers' presence (0009); ages on the database's clock.
 
 export interface QueueRow {
   readonly queue: string;
-  /** Messages in the queue, visible or not (in flight, delayed). */
+  /** Its messages: jobs holding a slot, waiting to be claimed or running. */
   readonly depth: number;
-  /** Messages a read would get now. */
+  /** Admitted jobs nobody has started: what a read would claim now. */
   readonly visibleNow: number;
-  /** Age of the oldest message (by enqueued_at), null when empty. */
+  /** Age of the oldest admission waiting to be claimed, null when none waits. */
   readonly oldestAgeMs: number | null;
   /** Live workers reading the queue. */
   readonly consumers: number;
@@ -19,31 +19,31 @@ export interface QueueRow {
   readonly capacity: number;
 }
 
-// Every queue ever sent to, and every queue a live worker reads (one it reads may never have
-// had a message). The message counts walk queue_messages_read (queue, vt, msg_id).
+// Every queue with a job holding a slot (waiting or running), and every queue a live worker reads
+// (one it reads may have nothing). The counts walk the holders' partial indexes (jl_jobs_claim:
+// (queue, acquired_at) of the waiting ones), so they cost what is in flight, not the history.
 export const LIST_QUEUES_SQL = /* sql */ `
 WITH live AS (
   SELECT w.queue, count(*)::int AS consumers, sum(w.concurrency)::int AS capacity
   FROM workers w WHERE ${workerLive('w')} GROUP BY w.queue
 ),
-names AS (SELECT name AS queue FROM queues UNION SELECT queue FROM live)
-SELECT n.queue,
-       m.depth,
-       m.visible_now AS "visibleNow",
-       m.oldest_age_ms AS "oldestAgeMs",
+held AS (
+  SELECT queue,
+         count(*)::int AS depth,
+         (count(*) FILTER (WHERE status = 'holding'))::int AS visible_now,
+         min(acquired_at) FILTER (WHERE status = 'holding') AS oldest
+  FROM jl_jobs WHERE status IN ('holding', 'running') GROUP BY queue
+)
+SELECT coalesce(h.queue, l.queue) AS queue,
+       coalesce(h.depth, 0) AS depth,
+       coalesce(h.visible_now, 0) AS "visibleNow",
+       greatest(extract(epoch FROM statement_timestamp() - h.oldest) * 1000, 0)::float8 AS "oldestAgeMs",
        coalesce(l.consumers, 0) AS consumers,
        coalesce(l.capacity, 0) AS capacity
-FROM names n
-LEFT JOIN live l USING (queue)
-CROSS JOIN LATERAL (
-  SELECT count(*)::int AS depth,
-         (count(*) FILTER (WHERE q.vt <= statement_timestamp()))::int AS visible_now,
-         greatest(extract(epoch FROM statement_timestamp() - min(q.enqueued_at)) * 1000, 0)::float8 AS oldest_age_ms
-  FROM queue_messages q WHERE q.queue = n.queue
-) m
-ORDER BY n.queue`;
+FROM held h FULL JOIN live l USING (queue)
+ORDER BY 1`;
 
-/** Every dispatch queue (sent to, or read by a live worker) with its depth, oldest message and consumers, by name. */
+/** Every dispatch queue with work in flight or a live worker, with its depth, what waits and since when, and who reads it, by name. */
 export const listQueues = async (db: Queryable): Promise<QueueRow[]> => {
   const { rows } = await db.query<QueueRow>(LIST_QUEUES_SQL);
   return rows.map((q) => ({ ...q, oldestAgeMs: q.oldestAgeMs === null ? null : Math.round(q.oldestAgeMs) }));

@@ -1,12 +1,12 @@
 // The sweeper's one read (src/adapters/worker/sweeper.ts). Reads jl_slots (through
-// jl_slots_expiry), jl_jobs (through jl_jobs_due), jl_limit_jobs and the view jl_key_stats;
+// jl_jobs_expiry), jl_jobs (through jl_jobs_due), jl_limit_jobs and the view jl_key_stats;
 // writes nothing.
 // Candidates only: the decider decides (a lease renewed meanwhile decides nothing). $1 is now
 // on the ledger's clock (epoch ms), the clock the decider decides on — never the server's now(),
 // or a test's injected time and the decider's would disagree on what is due; $2 the most
 // streams of each kind. One statement, not one per kind: a sweep is one read of the read models
 // (one transaction a second beside the workers' commits, whatever kinds of work there are).
-//   expired   streams with a started lease expired by $1 (jl_slots_expiry; an admission nobody
+//   expired   streams with a started lease expired by $1 (jl_jobs_expiry; an admission nobody
 //             started has no expiry)
 //   due       streams with a scheduled job due by $1 (jl_jobs_due)
 //   stranded  keys with a free slot and, in their line, jobs under further limits (a guest, or a
