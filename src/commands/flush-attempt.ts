@@ -60,6 +60,7 @@ export async function attemptFlush(ctx: FlushContext, batch: readonly Submission
         try {
           entries.set(l.stream, await ctx.states.catchUp(l));
           ctx.quarantined.delete(l.stream);
+          ctx.passOver.readable(l.stream);
         } catch (error) {
           broken.set(l.stream, error);
           noteBroken(ctx, l.stream, error);

@@ -5,7 +5,7 @@ import type { Logger } from '../domain/ports/logger.js';
 import type { Outages } from '../domain/ports/outages.js';
 import type { FillLater } from '../domain/decide/index.js';
 import { KEY_STREAM_PREFIX } from '../domain/streams.js';
-import type { PassOver } from './flush-messages.js';
+import type { PassOver } from './pass-over.js';
 import type { CommandResult, KeyCommand, ReadAndStart, ReadStarted } from './key-command.js';
 import type { KeyStates } from './key-states.js';
 import type { ResolvedKeyWriterOptions } from './key-writer-options.js';

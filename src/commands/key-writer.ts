@@ -10,7 +10,7 @@ import { EventDecodeError, decodeRecorded } from '../domain/recorded.js';
 import { ValidationError } from '../domain/values.js';
 import { submissionStreams, type FlushContext, type Read, type Submission } from './flush-context.js';
 import { runFlush } from './flush.js';
-import { PassOver } from './flush-messages.js';
+import { PassOver } from './pass-over.js';
 import type { CommandResult, KeyCommand, Loaded, ReadAndStart, ReadStarted } from './key-command.js';
 import { KeyStates, next, type Entry } from './key-states.js';
 import { ConflictRetriesExhaustedError, KEY_WRITER_DEFAULTS, type KeyWriterOptions } from './key-writer-options.js';

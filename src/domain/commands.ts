@@ -70,7 +70,7 @@ export const Enqueue = t.intersection([command('Enqueue', { job: JobSpec }), Key
 export const EnqueueMany = t.intersection([command('EnqueueMany', { jobs: t.array(JobSpec) }), KeyPolicy]);
 /** Scheduled jobs (and retries) whose time has come take a free slot or park. */
 export const AdmitDue = command('AdmitDue', {});
-/** `msgId`: the dispatch message the worker read; the lease's visibility and archive follow it. */
+/** `msgId`: the dispatch message the worker read, recorded on JobStarted (the ledger's workers give none since migration 0015: a job's row is its message). */
 export const Start = withOptional(command('Start', { jobId: Id, leaseId: Id, workerId: Id }), { msgId: NonEmptyString(30) });
 export const Renew = command('Renew', { jobId: Id, leaseId: Id });
 /**

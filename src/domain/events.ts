@@ -29,7 +29,10 @@ const eventWith = <T extends string, P extends t.Props, O extends t.Props>(type:
 export const WhenFull = t.keyof({ park: null, reject: null, replace: null }, 'WhenFull');
 export type WhenFull = t.TypeOf<typeof WhenFull>;
 
-/** The dispatch message (queue_messages.msg_id) a lease runs under; absent for a lease started by direct handoff, which has none. */
+/**
+ * The dispatch message (queue_messages.msg_id) a lease ran under, in ledgers written before a job's
+ * row became its message (migration 0015): absent since, and for a lease started by direct handoff.
+ */
 const MsgId = t.string;
 
 export const KeyLimitSet = event('KeyLimitSet', {
@@ -76,7 +79,7 @@ export const JobScheduled = event('JobScheduled', { jobId: JobId, runAt: Time })
 export const JobStarted = eventWith(
   'JobStarted',
   { jobId: JobId, leaseId: LeaseId, workerId: t.string, attempt: t.number, expiresAt: Time },
-  /** The message the worker read; its visibility follows the lease from here on. */
+  /** Before migration 0015: the message the worker read, whose visibility then followed the lease. */
   { msgId: MsgId },
 );
 export const LeaseRenewed = eventWith('LeaseRenewed', { jobId: JobId, leaseId: LeaseId, expiresAt: Time }, { msgId: MsgId });
@@ -100,7 +103,7 @@ export const LeaseExpired = event('LeaseExpired', { jobId: JobId, leaseId: Lease
  * append. Events recorded before this rule always have their SlotReleased in the same append.
  */
 export const LeaseRevoked = eventWith('LeaseRevoked', { jobId: JobId, leaseId: LeaseId, by: t.string }, { cancel: t.literal(true), force: t.literal(true) });
-/** With msgId: the lease's dispatch message, archived in the same transaction. */
+/** With msgId (before migration 0015): the lease's dispatch message, deleted in the same transaction. */
 export const SlotReleased = eventWith('SlotReleased', { jobId: JobId, leaseId: LeaseId, reason: ReleaseReason }, { msgId: MsgId });
 /**
  * `attempts`: the job's starts after the yield handed its attempt back (absent in older events).

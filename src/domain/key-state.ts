@@ -13,7 +13,7 @@ const Lease = t.type({
   expiresAt: t.union([t.number, t.null]),
   /** Set by JobStarted; null until a worker starts the job under this lease. */
   workerId: t.union([t.string, t.null]),
-  /** The dispatch message the worker started it from (JobStarted.msgId); null before, and for a direct handoff. */
+  /** The dispatch message the worker started it from (JobStarted.msgId, before migration 0015); null before, for a direct handoff, and since. */
   msgId: t.union([t.string, t.null]),
 });
 /**

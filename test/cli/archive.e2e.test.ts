@@ -21,7 +21,7 @@ let cut: string;
 beforeAll(async () => {
   db = await createMigratedDatabase(4);
   ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: silentLogger });
-  await randomRun(ledger, clock, { seed: 12, steps: 160, keys: KEYS, prefix: 'av', pool: db.pool });
+  await randomRun(ledger, clock, { seed: 12, steps: 160, keys: KEYS, prefix: 'av' });
   await ledger.close();
   cut = new Date(start + (clock.now() - start) / 2).toISOString();
 });

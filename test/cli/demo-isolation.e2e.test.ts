@@ -26,7 +26,7 @@ const demo = (...args: string[]) => runCli(db.url, ['demo', ...args]);
 
 const eventCount = async (): Promise<number> => (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n;
 
-/** Everything of the jobs that are not the demo's: their events, their jl_* rows, their queue messages. */
+/** Everything of the jobs that are not the demo's: their events and their jl_* rows (their dispatch messages among them). */
 const foreignSnapshot = async () => {
   const rows = async (sql: string, value: string) => (await db.pool.query(sql, [value])).rows;
   const demoStreams = `key:${DEMO_KEY_PREFIX}%`;
@@ -35,8 +35,8 @@ const foreignSnapshot = async () => {
     jobs: await rows('SELECT * FROM jl_jobs WHERE stream NOT LIKE $1 ORDER BY job_id', demoStreams),
     slots: await rows('SELECT * FROM jl_slots WHERE stream NOT LIKE $1 ORDER BY job_id', demoStreams),
     parked: await rows('SELECT * FROM jl_parked WHERE stream NOT LIKE $1 ORDER BY job_id', demoStreams),
-    messages: await rows('SELECT msg_id, queue, read_ct, vt, message FROM queue_messages WHERE queue <> $1 ORDER BY msg_id', DEMO_QUEUE),
-    archived: await rows('SELECT msg_id FROM queue_archive WHERE queue <> $1', DEMO_QUEUE),
+    // A claim row-locks a job's row (xmax): the demo's workers claimed none of these.
+    claimed: await rows(`SELECT job_id, xmax::text FROM jl_jobs WHERE queue <> $1 ORDER BY job_id`, DEMO_QUEUE),
   };
 };
 

@@ -44,14 +44,14 @@ const stuckKey = async (key: string, prefix: string, parked: number): Promise<st
   return ids;
 };
 
-/** What the read models and the queue hold of a key: its jobs' rows, slots, line and messages. */
+/** What the read models hold of a key: its jobs' rows, slots, line and dispatch messages (its jobs waiting to be claimed). */
 const rowsOf = async (key: string) => {
   const q = async (sql: string) => (await db.pool.query(sql, [key])).rows;
   return {
     jobs: await q(`SELECT job_id, status, attempts, updated_at FROM jl_jobs WHERE key = $1 ORDER BY job_id`),
     slots: await q(`SELECT job_id, lease_id, expires_at, worker_id FROM jl_slots WHERE key = $1 ORDER BY job_id`),
     parked: await q(`SELECT job_id FROM jl_parked WHERE key = $1 ORDER BY job_id`),
-    messages: await q(`SELECT msg_id, vt, message FROM queue_messages WHERE message->>'key' = $1 ORDER BY msg_id`),
+    messages: await q(`SELECT job_id, lease_id, acquired_at FROM jl_jobs WHERE key = $1 AND status = 'holding' ORDER BY job_id`),
   };
 };
 

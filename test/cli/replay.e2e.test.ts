@@ -28,7 +28,7 @@ afterAll(async () => {
 
 const jobledger = (...args: string[]) => runCli(db.url, args);
 
-/** Everything replay may touch: the read models, the dispatcher's messages and the ledger. */
+/** Everything replay may touch: the read models (the jobs' rows, their dispatch messages among them) and the ledger. */
 const snapshot = async () => {
   const out: Record<string, unknown[]> = {};
   for (const [table, order] of [
@@ -36,7 +36,6 @@ const snapshot = async () => {
     ['jl_slots', 'job_id'],
     ['jl_parked', 'job_id'],
     ['jl_keys', 'stream'],
-    ['queue_messages', 'msg_id'],
     ['events', 'global_position'],
   ]) out[table!] = (await db.pool.query(`SELECT * FROM ${table} ORDER BY ${order}`)).rows;
   return out;

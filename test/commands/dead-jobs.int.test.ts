@@ -102,8 +102,8 @@ describe('retry', () => {
     expect((await s.ledger.keyState('rk')).state.holding).toBe(1);
     // The admission is dispatched as the job's first attempt again.
     const admitted = retried.find((r) => r.status === 'acquired')!.jobId;
-    const { rows } = await s.db.pool.query(`SELECT message FROM queue_messages WHERE message->>'jobId' = $1 ORDER BY msg_id DESC LIMIT 1`, [admitted]);
-    expect(rows[0].message).toMatchObject({ jobId: admitted, key: 'rk', attempt: 1 });
+    const { rows } = await s.db.pool.query(`SELECT status, attempts + 1 AS attempt FROM jl_jobs WHERE job_id = $1`, [admitted]);
+    expect(rows[0]).toEqual({ status: 'holding', attempt: 1 });
   });
 
   it('a job under a further limit is retried across its limit key: it waits there while the limit is full', async () => {

@@ -9,7 +9,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
 import { PostgresSnapshotStore } from '../../src/adapters/postgres/postgres-snapshot-store.js';
 import { projectionMode } from '../../src/adapters/postgres/projection-mode.js';
-import { PgQueue, dispatchQueue } from '../../src/adapters/queue/pg-queue.js';
 import { enqueueMany, enqueuedEventId, keyEventId, type EnqueueInput, type Enqueued } from '../../src/commands/enqueue.js';
 import type { CommandResult, KeyCommand } from '../../src/commands/key-command.js';
 import { ConflictRetriesExhaustedError, type KeyWriterOptions } from '../../src/commands/key-writer-options.js';
@@ -148,7 +147,7 @@ const openWriter = (
   const pool = new pg.Pool({ connectionString: url, max, pipeline: true, application_name: name } as pg.PoolConfig);
   pool.on('error', () => undefined);
   if (tolerateClientErrors) pool.on('connect', (client) => client.on('error', () => undefined));
-  const store = new PostgresEventStore(pool, { inline: [createReadModelProjections(), createDispatcher(dispatchQueue)] });
+  const store = new PostgresEventStore(pool, { inline: [createReadModelProjections(), createDispatcher()] });
   const tx = new Transactions(store);
   const reads: Harness['reads'] = [];
   const events = Object.create(store) as PostgresEventStore;
@@ -1212,45 +1211,43 @@ describe('a command that fails its codec is refused before anything is written',
 // ---------------------------------------------------------------- readAndStart
 
 describe('readAndStart', () => {
-  it('reads and starts in one transaction; a refused Start (stale lease) and a malformed message are archived in it; the good ones are returned', async () => {
+  it('claims and starts in one transaction; a row whose Start is refused (behind the ledger) is passed over; the good ones are returned', async () => {
     const queue = 'ras-q';
     const key = 'ras';
     const w = openWriter('ras');
     const enqueued = await w.enqueue(['ras-0', 'ras-1', 'ras-2'].map((jobId) => ({ name: 'work', key, limit: 2, jobId, queue, args: { jobId } })));
     expect(enqueued.map((e) => e.status)).toEqual(['acquired', 'acquired', 'parked']);
-    const pgQueue = new PgQueue(db.pool);
-    const stale = await pgQueue.send(queue, { jobId: 'ras-0', key, leaseId: 'ras-0:99', name: 'work', args: null, attempt: 1, leaseMs: 30_000 });
-    const malformed = await pgQueue.send(queue, { hello: 'world' });
+    // A row that says more than the ledger (as an async read model behind it could, or a hand edit): ras-2 claimable under a lease it never had.
+    await db.pool.query(`UPDATE jl_jobs SET status = 'holding', lease_id = 'ras-2:99', acquired_at = now() - interval '1 hour' WHERE job_id = 'ras-2'`);
     const begun = w.tx.begun;
 
-    const read = await w.writer.readAndStart({ queue, vtMs: 30_000, qty: () => 10, workerId: 'ras-worker' });
-    expect(read.read).toBe(4);
+    const read = await w.writer.readAndStart({ queue, qty: () => 10, workerId: 'ras-worker' });
+    expect(read.read).toBe(3);
     expect(read.started.map((s) => s.message.jobId).sort()).toEqual(['ras-0', 'ras-1']);
     for (const s of read.started) {
       expect(s.stream).toBe(keyStream(key));
       expect(s.message.args).toEqual({ jobId: s.message.jobId });
-      expect(s.started).toMatchObject({ jobId: s.message.jobId, leaseId: s.message.leaseId, workerId: 'ras-worker', msgId: s.msgId, attempt: 1 });
+      expect(s.started).toMatchObject({ jobId: s.message.jobId, leaseId: s.message.leaseId, workerId: 'ras-worker', attempt: 1 });
     }
     expect(w.tx.begun - begun).toBe(1);
 
-    // One transaction: the JobStarted events, the reads of the good messages (their rows' xmin), the archived ones.
+    // One transaction: the JobStarted events and the started rows (their xmin); the refused row untouched.
     const events = await eventsOf(keyStream(key));
     const startTx = transactionsOf(events.filter((e) => e.type === 'JobStarted'));
     expect(startTx).toHaveLength(1);
     const xid = startTx[0]! & 0xffffffffn;
-    const inQueue = await db.pool.query<{ msg_id: string; xmin: string }>('SELECT msg_id::text, xmin::text FROM queue_messages WHERE queue = $1 ORDER BY msg_id', [queue]);
-    expect(inQueue.rows.map((r) => r.msg_id).sort()).toEqual(read.started.map((s) => s.msgId).sort());
-    for (const r of inQueue.rows) expect(BigInt(r.xmin)).toBe(xid);
-    const archived = await db.pool.query<{ msg_id: string; xmin: string }>('SELECT msg_id::text, xmin::text FROM queue_archive WHERE msg_id = ANY($1::bigint[]) ORDER BY msg_id', [[stale, malformed]]);
-    expect(archived.rows.map((r) => r.msg_id).sort()).toEqual([stale, malformed].sort());
-    for (const r of archived.rows) expect(BigInt(r.xmin)).toBe(xid);
+    const rows = await db.pool.query<{ job_id: string; status: string; xmin: string }>('SELECT job_id, status, xmin::text FROM jl_jobs WHERE queue = $1 ORDER BY job_id', [queue]);
+    expect(rows.rows.map((r) => [r.job_id, r.status])).toEqual([['ras-0', 'running'], ['ras-1', 'running'], ['ras-2', 'holding']]);
+    for (const r of rows.rows.slice(0, 2)) expect(BigInt(r.xmin)).toBe(xid);
+    expect(BigInt(rows.rows[2]!.xmin)).not.toBe(xid);
 
-    // Nothing left to read: the started messages are hidden for their lease, the others archived.
-    expect((await w.writer.readAndStart({ queue, vtMs: 30_000, qty: () => 10, workerId: 'ras-worker' })).read).toBe(0);
+    // Nothing left to claim: the started rows run, the refused one is passed over (passOverMs) instead of claimed again by every read.
+    expect((await w.writer.readAndStart({ queue, qty: () => 10, workerId: 'ras-worker' })).read).toBe(0);
+    await db.pool.query(`UPDATE jl_jobs SET status = 'parked', lease_id = NULL, acquired_at = NULL WHERE job_id = 'ras-2'`);
     await foldChecked(keyStream(key));
   });
 
-  it('a message for a stream another flush of the writer holds is released, not started, and read again later', async () => {
+  it('a job of a stream another flush of the writer decides on is not claimed (the read passes over busy streams) and is claimed later', async () => {
     const queue = 'ras-busy-q';
     const stream = keyStream('ras-busy');
     const w = openWriter('ras-busy');
@@ -1259,12 +1256,12 @@ describe('readAndStart', () => {
     try {
       const held = w.writer.execute(stream, enqueueCmd('ras-busy-2', 2, { queue }));
       await h.waiters(1);
-      const first = await within(w.writer.readAndStart({ queue, vtMs: 30_000, qty: () => 10, workerId: 'ras-busy-w' }), 10_000, 'the read beside the waiting flush');
-      expect(first).toEqual({ read: 1, started: [] });
-      expect(await count(`SELECT count(*) AS n FROM queue_messages WHERE queue = $1 AND vt <= now()`, [queue])).toBe(1);
+      const first = await within(w.writer.readAndStart({ queue, qty: () => 10, workerId: 'ras-busy-w' }), 10_000, 'the read beside the waiting flush');
+      expect(first).toEqual({ read: 0, started: [] });
+      expect(await count(`SELECT count(*) AS n FROM jl_jobs WHERE queue = $1 AND status = 'holding'`, [queue])).toBe(1);
       await h.release();
       right(await held);
-      const again = await w.writer.readAndStart({ queue, vtMs: 30_000, qty: () => 10, workerId: 'ras-busy-w' });
+      const again = await w.writer.readAndStart({ queue, qty: () => 10, workerId: 'ras-busy-w' });
       expect(again.started.map((s) => s.message.jobId).sort()).toEqual(['ras-busy-1', 'ras-busy-2']);
       await foldChecked(stream);
     } finally {
@@ -1272,16 +1269,16 @@ describe('readAndStart', () => {
     }
   });
 
-  it('two writers reading one queue at once never start a message twice', async () => {
+  it('two writers reading one queue at once never start a job twice', async () => {
     const queue = 'ras-race-q';
     const setup = openWriter('ras-race-setup');
     await setup.enqueue(Array.from({ length: 12 }, (_, i) => ({ name: 'work', key: `ras-race-${i % 3}`, limit: 4, queue })));
     const readers = [openWriter('ras-race-1'), openWriter('ras-race-2')];
-    const read = (i: number) => readers[i]!.writer.readAndStart({ queue, vtMs: 30_000, qty: () => 3, workerId: `ras-race-w${i}` });
+    const read = (i: number) => readers[i]!.writer.readAndStart({ queue, qty: () => 3, workerId: `ras-race-w${i}` });
     const reads = await Promise.all([0, 1].flatMap((i) => [read(i), read(i), read(i)]));
-    // A concurrent read may come back short (rows the other holds are skipped; a message whose
-    // stream another flush of the same writer holds is released for later): what is left is
-    // read afterwards, one read at a time, until the queue is empty.
+    // A concurrent read may come back short (rows the other holds are skipped; a job whose stream
+    // another flush of the same writer decides on is left for later): what is left is read
+    // afterwards, one read at a time, until nothing is left to claim.
     for (let round = 0; round < 20; round++) {
       const more = await read(round % 2);
       reads.push(more);
@@ -1290,7 +1287,7 @@ describe('readAndStart', () => {
     const started = reads.flatMap((r) => r.started.map((s) => s.message.jobId));
     expect(new Set(started).size).toBe(started.length);
     expect(started).toHaveLength(12);
-    expect(await count(`SELECT count(*) AS n FROM queue_messages WHERE queue = $1 AND vt <= now()`, [queue])).toBe(0);
+    expect(await count(`SELECT count(*) AS n FROM jl_jobs WHERE queue = $1 AND status = 'holding'`, [queue])).toBe(0);
     for (let i = 0; i < 3; i++) await foldChecked(keyStream(`ras-race-${i}`));
   });
 });

@@ -4,7 +4,6 @@ import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
-import { dispatchQueue } from '../../src/adapters/queue/pg-queue.js';
 import { START, comparePositions, type GlobalPosition, type RecordedEvent } from '../../src/domain/ports/event-store.js';
 import { silentLogger, type Logger } from '../../src/domain/ports/logger.js';
 import { DISPATCHER, createDispatcher } from '../../src/projections/dispatcher.js';
@@ -19,14 +18,13 @@ import {
   DISPATCH_BATCHES_TABLE,
   count,
   dispatchBatches,
-  expectOneMessagePerAdmission,
+  expectClaimableMatchFold,
   expectReadModelsMatchFold,
   ledgerEvents,
   manualClock,
   randomRun,
   readModelRows,
   recordDispatchBatches,
-  sentMessages,
   waitFor,
 } from './support.js';
 
@@ -43,7 +41,7 @@ interface Setup {
 }
 
 const open = async (): Promise<Setup> => {
-  const db = await createMigratedDatabase(20, { pipeline: true, recordSends: true });
+  const db = await createMigratedDatabase(20, { pipeline: true });
   await db.pool.query(DISPATCH_BATCHES_TABLE);
   const clock = manualClock();
   // A fresh database opened with inline projections off is projected async from then on.
@@ -101,7 +99,7 @@ const runner = (s: Setup, projections: readonly Projection[], options: RunnerOpt
 /** The two runners Ledger.start() runs, the dispatcher's batches recorded. */
 const ledgerRunners = (s: Setup, options: { readonly batchSize?: number } = {}) => [
   runner(s, [createReadModelProjections()], options),
-  runner(s, [recordDispatchBatches(createDispatcher(dispatchQueue))], { ...options, follows: READ_MODELS }),
+  runner(s, [recordDispatchBatches(createDispatcher())], { ...options, follows: READ_MODELS }),
 ];
 
 const lastPosition = async (db: pg.Pool): Promise<GlobalPosition> => {
@@ -151,66 +149,56 @@ const capture = () => {
 const allEvents = (s: Setup): Promise<RecordedEvent[]> => ledgerEvents(s.db.pool);
 
 describe('async mode', () => {
-  it('the two runners build the read models and exactly one message per admission, with both checkpoints at the last event, and follow new events', async () => {
+  it('the two runners build the read models (each unstarted admission claimable once), with both checkpoints at the last event, and follow new events', async () => {
     const { db, ledger, clock } = main;
-    await randomRun(ledger, clock, { seed: 7, steps: 250, keys: ['a:1', 'a:2', 'a:3'], prefix: 'async', pool: db.pool });
+    await randomRun(ledger, clock, { seed: 7, steps: 250, keys: ['a:1', 'a:2', 'a:3'], prefix: 'async' });
     // nothing inline
     expect(await count(db.pool, 'SELECT count(*) AS n FROM jl_jobs')).toBe(0);
-    expect(await count(db.pool, 'SELECT count(*) AS n FROM queue_messages')).toBe(0);
     ledgerRunners(main);
     await caughtUp(db.pool, READ_MODELS);
     await caughtUp(db.pool, DISPATCHER);
     await expectReadModelsMatchFold(db.pool);
     let batches = await expectDispatcherBehindReadModels(db.pool);
-    expect(await expectOneMessagePerAdmission(db.pool, { batches })).toBeGreaterThan(30);
+    expect(await expectClaimableMatchFold(db.pool)).toBeGreaterThan(3);
 
-    // and they follow new events as they come; starts now name their messages (as a worker's read
-    // does), so renewals and releases move and archive them
-    const waiting = await db.pool.query(
-      `SELECT m.msg_id::text AS "msgId", m.message FROM queue_messages m JOIN jl_slots s ON s.lease_id = m.message->>'leaseId' AND s.worker_id IS NULL ORDER BY m.msg_id LIMIT 6`,
-    );
+    // and they follow new events as they come: the jobs a worker would claim, started, renewed, completed
+    const waiting = await db.pool.query(`SELECT job_id, stream, lease_id FROM jl_jobs WHERE status = 'holding' ORDER BY acquired_at, job_id LIMIT 6`);
     expect(waiting.rows.length).toBeGreaterThan(0);
-    for (const m of waiting.rows) {
-      const { jobId, leaseId, key } = m.message as { jobId: string; leaseId: string; key: string | null };
-      const stream = key === null ? `job:${jobId}` : `key:${key}`;
-      const started = await ledger.execute(stream, { type: 'Start', jobId, leaseId, workerId: 'w9', msgId: m.msgId });
+    for (const { job_id: jobId, stream, lease_id: leaseId } of waiting.rows) {
+      const started = await ledger.execute(stream, { type: 'Start', jobId, leaseId, workerId: 'w9' });
       expect(E.isRight(started)).toBe(true);
       await ledger.execute(stream, { type: 'Renew', jobId, leaseId });
       await ledger.execute(stream, { type: 'Complete', jobId, leaseId });
     }
-    expect(await count(db.pool, `SELECT count(*) AS n FROM events WHERE type = 'SlotReleased' AND data ? 'msgId'`)).toBeGreaterThan(0);
-    await randomRun(ledger, clock, { seed: 8, steps: 120, keys: ['a:1', 'a:4'], prefix: 'async-more', pool: db.pool });
+    await randomRun(ledger, clock, { seed: 8, steps: 120, keys: ['a:1', 'a:4'], prefix: 'async-more' });
     await caughtUp(db.pool, READ_MODELS);
     await caughtUp(db.pool, DISPATCHER);
     await expectReadModelsMatchFold(db.pool);
     batches = await expectDispatcherBehindReadModels(db.pool);
-    await expectOneMessagePerAdmission(db.pool, { batches });
-    expect(await count(db.pool, `SELECT count(*) AS n FROM events WHERE type = 'SlotReleased' AND data ? 'msgId'`)).toBeGreaterThan(0);
-    // Every release that named a message deleted it: none archived, none left behind.
-    expect(await count(db.pool, 'SELECT count(*) AS n FROM queue_archive')).toBe(0);
-    expect(await count(db.pool, `SELECT count(*) AS n FROM test_sent_messages s WHERE NOT EXISTS (SELECT FROM queue_messages m WHERE m.msg_id = s.msg_id)`)).toBe(
-      await count(db.pool, `SELECT count(*) AS n FROM events WHERE type = 'SlotReleased' AND data ? 'msgId'`),
-    );
+    expect(batches.length).toBeGreaterThan(0);
+    await expectClaimableMatchFold(db.pool);
+    for (const { job_id: jobId } of waiting.rows) {
+      expect((await db.pool.query(`SELECT status, lease_id FROM jl_jobs WHERE job_id = $1`, [jobId])).rows).toEqual([{ status: 'completed', lease_id: null }]);
+    }
   }, SLOW);
 
-  it("the dispatcher runner never passes the read models' checkpoint: alone it applies nothing; behind a read-models runner cutting other batches, every batch stays behind it and every admission still gets exactly one message", async () => {
+  it("the dispatcher runner never passes the read models' checkpoint: alone it applies nothing; behind a read-models runner cutting other batches, every batch stays behind it", async () => {
     const s = await open();
     try {
       await randomRun(s.ledger, s.clock, { seed: 21, steps: 150, keys: ['f:1', 'f:2'], prefix: 'follow' });
-      const dispatcher = runner(s, [recordDispatchBatches(createDispatcher(dispatchQueue))], { follows: READ_MODELS, batchSize: 23 });
+      const dispatcher = runner(s, [recordDispatchBatches(createDispatcher())], { follows: READ_MODELS, batchSize: 23 });
       await waitFor('the dispatcher runner to lead', () => dispatcher.isLeader);
       await readable(s.db.pool);
       await sleep(600);
       expect(await loadCheckpoint(s.db.pool, DISPATCHER)).toEqual(START);
-      expect(await sentMessages(s.db.pool)).toEqual([]);
       expect(await dispatchBatches(s.db.pool)).toEqual([]);
 
       // The read models' runner, in batches of another size: the dispatcher follows it to the end.
       runner(s, [createReadModelProjections()], { batchSize: 29 });
       await caughtUp(s.db.pool, READ_MODELS);
       await caughtUp(s.db.pool, DISPATCHER);
-      const batches = await expectDispatcherBehindReadModels(s.db.pool);
-      expect(await expectOneMessagePerAdmission(s.db.pool, { batches })).toBeGreaterThan(10);
+      expect((await expectDispatcherBehindReadModels(s.db.pool)).length).toBeGreaterThan(1);
+      expect(await expectClaimableMatchFold(s.db.pool)).toBeGreaterThan(0);
       await expectReadModelsMatchFold(s.db.pool);
     } finally {
       await Promise.all(runners.splice(0).map((r) => r.stop()));
@@ -227,7 +215,7 @@ describe('async mode', () => {
     try {
       await randomRun(s.ledger, s.clock, { seed: 22, steps: 150, keys: ['g:1', 'g:2'], prefix: 'straddle' });
       const log = capture();
-      runner(s, [recordDispatchBatches(createDispatcher(dispatchQueue))], { follows: READ_MODELS, batchSize: 23, logger: log.logger });
+      runner(s, [recordDispatchBatches(createDispatcher())], { follows: READ_MODELS, batchSize: 23, logger: log.logger });
       // The read models up to a transaction in the middle, by hand, with their checkpoint.
       const events = await allEvents(s);
       let mid = Math.floor(events.length / 2);
@@ -237,13 +225,13 @@ describe('async mode', () => {
       await readable(s.db.pool);
       await waitFor('the dispatcher to reach the read models', async () => comparePositions(await loadCheckpoint(s.db.pool, DISPATCHER), upTo) === 0, 10_000).catch(async (error: Error) => {
         const at = await loadCheckpoint(s.db.pool, DISPATCHER);
-        throw new Error(`${error.message} at ${upTo.commit}: it is at ${at.commit}, with ${(await sentMessages(s.db.pool)).length} messages sent; its failures: ${log.failures() || 'none'}`);
+        throw new Error(`${error.message} at ${upTo.commit}: it is at ${at.commit}, after ${(await dispatchBatches(s.db.pool)).length} batches; its failures: ${log.failures() || 'none'}`);
       });
       const batches = await expectDispatcherBehindReadModels(s.db.pool);
       expect(batches.at(-1)!.last).toBe(upTo.commit);
-      // Exactly the admissions up to there, each built from jl_jobs as of there.
+      // The rows claimable are those of the ledger up to there.
       expect(batches.every((b) => b.readModels === upTo.commit)).toBe(true);
-      expect(await expectOneMessagePerAdmission(s.db.pool, { batches })).toBeGreaterThan(0);
+      expect(await expectClaimableMatchFold(s.db.pool, { upTo })).toBeGreaterThan(0);
     } finally {
       await Promise.all(runners.splice(0).map((r) => r.stop()));
       await close(s);
@@ -265,7 +253,7 @@ describe('async mode', () => {
       project: (es) => [...base.project(es), ...(es.some((e) => e.stream === failAt.stream && e.revision === failAt.revision) ? [statement('SELECT 1/0')] : [])],
     };
     const live = await readModelRows(db.pool);
-    await db.pool.query(`TRUNCATE jl_jobs, jl_slots, jl_parked, jl_keys`);
+    await db.pool.query(`TRUNCATE jl_jobs, jl_keys`);
     await expect(applyBatch(db.pool, [failing], batch, { checkpoint: { name, to: batch.at(-1)!.position } })).rejects.toThrow(/division by zero/);
     expect(await loadCheckpoint(db.pool, name)).toEqual(START);
     expect(await count(db.pool, 'SELECT count(*) AS n FROM jl_jobs')).toBe(0);
@@ -277,17 +265,17 @@ describe('async mode', () => {
     expect(await loadCheckpoint(db.pool, name)).toEqual(batch[ok - 1]!.position);
     expect(await count(db.pool, 'SELECT count(*) AS n FROM jl_jobs')).toBeGreaterThan(0);
     // An older checkpoint never moves it back (the batch is applied nonetheless: see the next test).
-    await db.pool.query(`TRUNCATE jl_jobs, jl_slots, jl_parked, jl_keys`);
+    await db.pool.query(`TRUNCATE jl_jobs, jl_keys`);
     await applyBatch(db.pool, [failing], batch.slice(0, 3), { checkpoint: { name, to: batch[2]!.position } });
     expect(await loadCheckpoint(db.pool, name)).toEqual(batch[ok - 1]!.position);
 
     // Restore the read models as the 'read_models' runner left them (at the last event).
-    await db.pool.query(`TRUNCATE jl_jobs, jl_slots, jl_parked, jl_keys`);
+    await db.pool.query(`TRUNCATE jl_jobs, jl_keys`);
     await applyBatch(db.pool, [base], events);
     expect(await readModelRows(db.pool)).toEqual(live);
   }, SLOW);
 
-  it('applying a batch twice DOES apply it twice (no per-stream bookkeeping any more): the read models refuse it, the dispatcher sends again; the checkpoint is what makes a runner apply each batch once', async () => {
+  it('applying a batch twice DOES apply it twice (no per-stream bookkeeping any more): the read models refuse it, the dispatcher only notifies again; the checkpoint is what makes a runner apply each batch once', async () => {
     const { db } = main;
     const events = await allEvents(main);
     const live = await readModelRows(db.pool);
@@ -295,29 +283,26 @@ describe('async mode', () => {
     await expect(applyBatch(db.pool, [createReadModelProjections()], events)).rejects.toThrow(/duplicate key value violates unique constraint "jl_jobs_pkey"/);
     expect(await readModelRows(db.pool)).toEqual(live);
 
-    // The dispatcher: every admission of the batch is sent again (on a copy, rolled back).
-    const messages = await count(db.pool, 'SELECT count(*) AS n FROM queue_messages');
+    // The dispatcher: it writes nothing (wake-ups and lost leases are notifications), so a batch applied again changes no row.
     const client = await db.pool.connect();
     try {
       await client.query('BEGIN');
       const admissions = events.filter((e) => e.type === 'SlotAcquired').slice(0, 5);
       const txs = new Set(admissions.map((e) => e.position.commit));
-      await applyEvents(client, [createDispatcher(dispatchQueue)], events.filter((e) => txs.has(e.position.commit)));
-      expect(await count(client, 'SELECT count(*) AS n FROM queue_messages')).toBeGreaterThan(messages);
+      await applyEvents(client, [createDispatcher()], events.filter((e) => txs.has(e.position.commit)));
+      expect(await readModelRows(client)).toEqual(live);
     } finally {
       await client.query('ROLLBACK');
       client.release();
     }
 
-    // A runner stopped and started again resumes from its checkpoint: nothing is sent twice.
-    const sent = await sentMessages(db.pool);
+    // A runner stopped and started again resumes from its checkpoint: no batch is applied twice.
     const batches = await dispatchBatches(db.pool);
-    const again = runner(main, [recordDispatchBatches(createDispatcher(dispatchQueue))], { follows: READ_MODELS });
+    const again = runner(main, [recordDispatchBatches(createDispatcher())], { follows: READ_MODELS });
     await waitFor('the dispatcher to lead', () => again.isLeader);
     await readable(db.pool);
     await sleep(500);
     await again.stop();
-    expect(await sentMessages(db.pool)).toEqual(sent);
     expect(await dispatchBatches(db.pool)).toEqual(batches);
     await caughtUp(db.pool, DISPATCHER, 1_000);
   }, SLOW);
@@ -342,7 +327,7 @@ describe('async mode', () => {
     // It writes the real tables under another name (from empty tables, to the same rows): only its
     // checkpoint and its retries matter here.
     const live = await readModelRows(db.pool);
-    await db.pool.query(`TRUNCATE jl_jobs, jl_slots, jl_parked, jl_keys`);
+    await db.pool.query(`TRUNCATE jl_jobs, jl_keys`);
     runner(main, [flaky], { name, retryMs: 50, batchSize: 1000, logger });
     await caughtUp(db.pool, name);
     expect(failures).toBe(0);

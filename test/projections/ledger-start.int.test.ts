@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { ProjectionModeError } from '../../src/adapters/postgres/projection-mode.js';
+import { claimStatement } from '../../src/adapters/queue/job-queue.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { DISPATCHER } from '../../src/projections/dispatcher.js';
 import { READ_MODELS } from '../../src/projections/read-models.js';
@@ -25,12 +26,12 @@ afterAll(async () => {
 
 const n = (d: MigratedDatabase, sql: string, values: unknown[] = []) => count(d.pool, sql, values);
 
-/** Everything a ledger could have written: events, settings, read models, messages, checkpoints. */
+/** Everything a ledger could have written: events, settings, read models (the jobs' rows, their dispatch messages), checkpoints. */
 const written = async (d: MigratedDatabase) =>
   (
     await d.pool.query(`SELECT (SELECT count(*) FROM events) AS events, (SELECT count(*) FROM streams) AS streams,
       (SELECT json_agg(s ORDER BY name) FROM ledger_settings s) AS settings, (SELECT count(*) FROM jl_jobs) AS jobs, (SELECT count(*) FROM jl_keys) AS keys,
-      (SELECT count(*) FROM queue_messages) AS messages, (SELECT json_agg(c.projection ORDER BY c.projection) FROM projection_checkpoints c) AS checkpoints`)
+      (SELECT json_agg(c.projection ORDER BY c.projection) FROM projection_checkpoints c) AS checkpoints`)
   ).rows[0];
 
 /** Connections to the database (a ledger that failed to open must leave none of its own). */
@@ -64,15 +65,13 @@ describe('Ledger opened with inline projections off (async mode)', () => {
       { name: 'work', key: 'k', jobId: 'b' },
     ]);
     expect(await n(db, 'SELECT count(*) AS n FROM jl_jobs')).toBe(0);
-    expect(await n(db, 'SELECT count(*) AS n FROM queue_messages')).toBe(0);
     expect(await lockHeld(db, READ_MODELS)).toBe(false);
 
     ledger.start();
     await waitFor('the read models', async () => (await n(db, `SELECT count(*) AS n FROM jl_jobs`)) === 2, 120_000);
-    await waitFor('the dispatch of a', async () => (await n(db, `SELECT count(*) AS n FROM queue_messages`)) === 1, 120_000);
-    expect((await db.pool.query(`SELECT message FROM queue_messages`)).rows).toEqual([
-      { message: { jobId: 'a', key: 'k', leaseId: 'a:1', name: 'work', args: { n: 1 }, attempt: 1, leaseMs: 30_000 } },
-    ]);
+    // a's row is its dispatch message: claimable, as a worker's read sees it.
+    const claim = claimStatement({ queue: 'default', qty: 10, skipStreams: [], skipJobs: [] });
+    expect((await db.pool.query(claim.text, claim.values as unknown[])).rows).toEqual([{ jobId: 'a', key: 'k', stream: 'key:k', leaseId: 'a:1', name: 'work', args: { n: 1 }, attempt: 1, leaseMs: 30_000 }]);
     expect(await n(db, `SELECT count(*) AS n FROM jl_slots WHERE job_id = 'a' AND expires_at IS NULL`)).toBe(1);
     expect(await n(db, `SELECT count(*) AS n FROM jl_parked WHERE job_id = 'b'`)).toBe(1);
     await waitFor('both checkpoints', async () => (await n(db, `SELECT count(*) AS n FROM projection_checkpoints`)) === 2);

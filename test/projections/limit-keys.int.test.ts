@@ -2,14 +2,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger } from '../../src/adapters/ledger.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
-import { dispatchQueue } from '../../src/adapters/queue/pg-queue.js';
 import { mk, type KeyEvent } from '../../src/domain/events.js';
 import { createDispatcher } from '../../src/projections/dispatcher.js';
 import { createReadModelProjections } from '../../src/projections/read-models.js';
 import { rebuild } from '../../src/projections/rebuild.js';
 import { verify } from '../../src/projections/verify.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
-import { expectOneMessagePerAdmission, expectReadModelsMatchFold, manualClock, randomRun, readModelRows } from './support.js';
+import { expectClaimableMatchFold, expectReadModelsMatchFold, manualClock, randomRun, readModelRows } from './support.js';
 
 // Stacked limits in the read models: a small history written as the decider writes it (each step
 // one transaction over the job's home stream and its limit key's), through the inline projections,
@@ -26,8 +25,8 @@ const A = 'key:a';
 const T = 'key:t';
 
 beforeAll(async () => {
-  db = await createMigratedDatabase(2, { pipeline: true, recordSends: true });
-  store = new PostgresEventStore(db.pool, { inline: [createReadModelProjections(), createDispatcher(dispatchQueue)] });
+  db = await createMigratedDatabase(2, { pipeline: true });
+  store = new PostgresEventStore(db.pool, { inline: [createReadModelProjections(), createDispatcher()] });
 });
 
 afterAll(async () => {
@@ -129,18 +128,18 @@ describe('a job under a further limit key (home key:a, limits [t])', () => {
 
 describe('a random run with jobs under further limit keys, through the ledger', () => {
   it('read models = fold of every stream (guests included), one message per admission; a rebuild gives the same rows and verify none different', async () => {
-    const fresh = await createMigratedDatabase(8, { pipeline: true, recordSends: true });
+    const fresh = await createMigratedDatabase(8, { pipeline: true });
     const clock = manualClock();
     const ledger = await createLedger({ pool: fresh.pool, migrate: false, clock: clock.now, logger: silentLogger });
     try {
-      await randomRun(ledger, clock, { seed: 11, steps: 300, keys: ['lr:a', 'lr:b', 'lr:c'], limitKeys: ['lr:t', 'lr:u'], prefix: 'lr', pool: fresh.pool });
+      await randomRun(ledger, clock, { seed: 11, steps: 300, keys: ['lr:a', 'lr:b', 'lr:c'], limitKeys: ['lr:t', 'lr:u'], prefix: 'lr' });
       const live = await readModelRows(fresh.pool);
       // The run did put jobs under the limit keys, and some of them waited there.
       expect(live.jl_limit_jobs!.length).toBeGreaterThan(0);
       const seen = (await fresh.pool.query(`SELECT count(DISTINCT type)::int AS n FROM events WHERE type IN ('LimitWaiting', 'LimitHeld', 'LimitReleased', 'LimitLeft')`)).rows[0].n;
       expect(seen).toBe(4);
       await expectReadModelsMatchFold(fresh.pool);
-      await expectOneMessagePerAdmission(fresh.pool);
+      await expectClaimableMatchFold(fresh.pool);
       for (const batchSize of [7, undefined]) {
         await rebuild(fresh.pool, createReadModelProjections(), batchSize === undefined ? {} : { batchSize });
         expect(await readModelRows(fresh.pool), `batchSize ${batchSize}`).toEqual(live);

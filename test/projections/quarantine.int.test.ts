@@ -2,7 +2,6 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { readLedgerMetrics } from '../../src/adapters/postgres/queries/ledger-metrics.js';
-import { dispatchQueue } from '../../src/adapters/queue/pg-queue.js';
 import { START, comparePositions, type GlobalPosition } from '../../src/domain/ports/event-store.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { keyStream } from '../../src/domain/streams.js';
@@ -16,7 +15,7 @@ import { AsyncProjectionRunner } from '../../src/projections/runner.js';
 import { verify } from '../../src/projections/verify.js';
 import { BAD_CASES, BAD_EVENTS, appendByHand, appendLimitTwo, fixByHand, namesPlace, quarantineRows } from '../support/bad-events.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
-import { expectOneMessagePerAdmission, expectReadModelsMatchFold, readModelRows, waitFor } from './support.js';
+import { expectClaimableMatchFold, expectReadModelsMatchFold, readModelRows, waitFor } from './support.js';
 
 // Issue 10 part 6, the projections' side: an event that does not decode stops only its stream.
 // Async runners hold that stream back (recorded in jl_quarantined) and keep every other key's
@@ -48,12 +47,12 @@ const caughtUp = async (db: MigratedDatabase) => {
 };
 
 const openAsync = async () => {
-  const db = await createMigratedDatabase(12, { pipeline: true, recordSends: true });
+  const db = await createMigratedDatabase(12, { pipeline: true });
   const ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger, inlineProjections: false });
   const store = new PostgresEventStore(db.pool);
   const runner = (name: string, projection: Projection, follows?: string) =>
     new AsyncProjectionRunner({ pool: db.pool, store, name, projections: [projection], retryMs: 200, pollIntervalMs: 50, ...(follows ? { follows } : {}) });
-  const runners = [runner(READ_MODELS, createReadModelProjections()), runner(DISPATCHER, createDispatcher(dispatchQueue), READ_MODELS)];
+  const runners = [runner(READ_MODELS, createReadModelProjections()), runner(DISPATCHER, createDispatcher(), READ_MODELS)];
   opened.push({ ledger, runners, db });
   for (const r of runners) r.start();
   return { db, ledger };
@@ -93,7 +92,7 @@ describe.each(BAD_CASES)('an event of %s', (bad) => {
     await caughtUp(db);
     await expectReadModelsMatchFold(db.pool);
     expect((await db.pool.query(`SELECT concurrency_limit FROM jl_keys WHERE stream = $1`, [placed.stream])).rows[0].concurrency_limit).toBe(2);
-    await expectOneMessagePerAdmission(db.pool);
+    await expectClaimableMatchFold(db.pool);
     expect((await readLedgerMetrics(db.pool, [])).quarantinedStreams).toBe(0);
   });
 
@@ -119,8 +118,8 @@ describe.each(BAD_CASES)('an event of %s', (bad) => {
   });
 
   it('inline: an append of it is refused with an EventDecodeError naming the stream and revision (not yet written: no position), and nothing is written', async () => {
-    const db = await createMigratedDatabase(4, { pipeline: true, recordSends: true });
-    const store = new PostgresEventStore(db.pool, { inline: [createReadModelProjections(), createDispatcher(dispatchQueue)] });
+    const db = await createMigratedDatabase(4, { pipeline: true });
+    const store = new PostgresEventStore(db.pool, { inline: [createReadModelProjections(), createDispatcher()] });
     try {
       const stream = keyStream('inline-bad');
       await expect(store.append(stream, 'no_stream', [BAD_EVENTS[bad]])).rejects.toMatchObject({
@@ -138,7 +137,7 @@ describe.each(BAD_CASES)('an event of %s', (bad) => {
   });
 
   it('replay (rebuild, verify) fails naming the stream, revision and position, and leaves the read models as they were', async () => {
-    const db = await createMigratedDatabase(4, { pipeline: true, recordSends: true });
+    const db = await createMigratedDatabase(4, { pipeline: true });
     const ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger });
     try {
       await enqueue(ledger, 'rb-bad', 2);

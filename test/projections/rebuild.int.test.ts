@@ -2,7 +2,6 @@ import * as E from 'fp-ts/lib/Either.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
-import { dispatchQueue } from '../../src/adapters/queue/pg-queue.js';
 import { keyEventId } from '../../src/commands/enqueue.js';
 import { KeyWriter } from '../../src/commands/key-writer.js';
 import { holders } from '../../src/domain/key-state.js';
@@ -15,14 +14,14 @@ import { READ_MODELS, READ_MODEL_TABLES, createReadModelProjections } from '../.
 import { NotRebuildableError, ProjectionBusyError, REPLAY_SQL, rebuild, rebuildSpec, replayInto } from '../../src/projections/rebuild.js';
 import { loadCheckpoint, projectionLockSql } from '../../src/projections/checkpoint.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
-import { count, expectOneMessagePerAdmission, expectReadModelsMatchFold, manualClock, randomRun, readModelRows, waitFor } from './support.js';
+import { count, expectClaimableMatchFold, expectReadModelsMatchFold, manualClock, randomRun, readModelRows, waitFor } from './support.js';
 
 let db: MigratedDatabase;
 let ledger: Ledger;
 const clock = manualClock();
 
 beforeAll(async () => {
-  db = await createMigratedDatabase(30, { pipeline: true, recordSends: true });
+  db = await createMigratedDatabase(30, { pipeline: true });
   ledger = await createLedger({ pool: db.pool, migrate: false, clock: clock.now, logger: silentLogger });
 });
 
@@ -31,18 +30,14 @@ afterAll(async () => {
   await db.drop();
 });
 
-/** Every row of the read models and of the dispatcher's side (the queue, which a rebuild must leave alone). */
-const rows = async (): Promise<Record<string, unknown[]>> => ({
-  ...(await readModelRows(db.pool)),
-  queue_messages: (await db.pool.query(`SELECT * FROM queue_messages ORDER BY msg_id`)).rows,
-  queue_archive: (await db.pool.query(`SELECT * FROM queue_archive ORDER BY msg_id`)).rows,
-});
+/** Every row of the read models, the jobs' rows among them: the dispatch messages a worker claims. */
+const rows = (): Promise<Record<string, unknown[]>> => readModelRows(db.pool);
 
 const eventCount = () => count(db.pool, 'SELECT count(*) AS n FROM events');
 
 describe('rebuild', () => {
-  it('replaying into empty tables from position zero gives the rows the inline projection wrote, in batches of any size; the dispatcher is left alone', async () => {
-    await randomRun(ledger, clock, { seed: 42, steps: 300, keys: ['rb:a', 'rb:b', 'rb:c'], prefix: 'rb', pool: db.pool });
+  it('replaying into empty tables from position zero gives the rows the inline projection wrote, the claimable ones included, in batches of any size', async () => {
+    await randomRun(ledger, clock, { seed: 42, steps: 300, keys: ['rb:a', 'rb:b', 'rb:c'], prefix: 'rb' });
     const live = await rows();
     expect(live.jl_jobs!.length).toBeGreaterThan(50);
     const total = await eventCount();
@@ -125,7 +120,7 @@ describe('rebuild', () => {
 
   it('refuses the dispatcher (a replay would send every message again), and a projection an async runner holds', async () => {
     const before = await rows();
-    await expect(rebuild(db.pool, createDispatcher(dispatchQueue))).rejects.toBeInstanceOf(NotRebuildableError);
+    await expect(rebuild(db.pool, createDispatcher())).rejects.toBeInstanceOf(NotRebuildableError);
     const runner = await db.pool.connect();
     try {
       await runner.query(`SELECT pg_advisory_lock(${projectionLockSql(1)})`, [READ_MODELS]);
@@ -168,7 +163,7 @@ describe('rebuild', () => {
     // The writers did write while the rebuilds ran.
     expect(during.at(-1)!).toBeGreaterThan(during[0]!);
     await expectReadModelsMatchFold(db.pool);
-    await expectOneMessagePerAdmission(db.pool);
+    await expectClaimableMatchFold(db.pool);
     const live = await rows();
     await rebuild(db.pool, createReadModelProjections());
     expect(await rows()).toEqual(live);
@@ -181,7 +176,7 @@ describe('rebuild', () => {
     const gate = await db.pool.connect();
     await gate.query('SELECT pg_advisory_lock(4242)');
     const blocker: Projection = { name: 'blocker', handles: () => true, project: () => [statement('SELECT pg_advisory_xact_lock(4242)')] };
-    const store = new PostgresEventStore(db.pool, { inline: [blocker, createReadModelProjections(), createDispatcher(dispatchQueue)] });
+    const store = new PostgresEventStore(db.pool, { inline: [blocker, createReadModelProjections(), createDispatcher()] });
     const writer = new KeyWriter(store, store, { eventId: keyEventId, clock: clock.now, logger: silentLogger });
     const heldFlush = writer.execute(keyStream('open:held'), { type: 'Enqueue', limit: 1, job: { jobId: 'open-held', name: 'a', args: null, queue: 'default', priority: 0, maxAttempts: 3, runAt: null } });
     try {

@@ -1,12 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SWEEP_CANDIDATES_SQL } from '../../src/adapters/postgres/queries/sweep-candidates.js';
 import { mk } from '../../src/domain/events.js';
-import { UPDATE_JOBS_SQL, UPDATE_SLOTS_SQL, projectReadModels } from '../../src/projections/read-models.js';
+import { CLAIM_SQL } from '../../src/adapters/queue/job-queue.js';
+import { UPDATE_JOBS_SQL } from '../../src/projections/job-rows.js';
+import { projectReadModels } from '../../src/projections/read-models.js';
 import { applyStatements } from '../../src/projections/apply.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 
-// The read models' schema after migration 0005 (set-based writes), and the plans of the queries
-// that must stay cheap on a big ledger: the sweeper's scans and the read models' UPDATEs.
+// The read models' schema (migrations 0005, set-based writes, and 0015, the live row), and the
+// plans of the queries that must stay cheap on a big ledger: the sweeper's scans, the workers'
+// claim and the read models' UPDATE.
 
 let db: MigratedDatabase;
 
@@ -16,8 +19,9 @@ const JOBS = 40_000;
 beforeAll(async () => {
   db = await createMigratedDatabase(2);
   // A ledger's worth of rows: most jobs finished (run_at NULL), a tenth scheduled but only a few of
-  // those due; most slots admitted and never started (expires_at NULL), a tenth started, only a
-  // few of those expired. (What a sweep looks for is a sliver of what the indexes hold.)
+  // those due; a third holding a slot, most admitted and never started (expires_at NULL), a tenth
+  // of those started, only a few of those expired. (What a sweep looks for is a sliver of what the
+  // indexes hold.)
   await db.pool.query(
     `INSERT INTO jl_jobs (job_id, stream, key, seq, name, queue, args, priority, status, attempts, max_attempts, lease_ms, enqueued_at, run_at, updated_at)
      SELECT 'j' || i, 'key:k' || (i % 499), 'k' || (i % 499), i, 'n', 'default', '{}', 0,
@@ -29,14 +33,14 @@ beforeAll(async () => {
     [NOW, JOBS],
   );
   await db.pool.query(
-    `INSERT INTO jl_slots (job_id, stream, key, lease_id, how, acquired_at, expires_at, worker_id, started_at, attempt)
-     SELECT job_id, stream, key, job_id || ':1', 'acquired', enqueued_at,
-            CASE WHEN seq % 30 = 3 THEN to_timestamp($1::float8 / 1000) + (CASE WHEN seq % 3000 = 3 THEN -1 ELSE seq % 29 + 1 END) * interval '1 second' END,
-            CASE WHEN seq % 30 = 3 THEN 'w' END, CASE WHEN seq % 30 = 3 THEN enqueued_at END, CASE WHEN seq % 30 = 3 THEN 1 END
-     FROM jl_jobs WHERE status = 'holding'`,
+    `UPDATE jl_jobs SET lease_id = job_id || ':1', how = 'acquired', acquired_at = enqueued_at,
+            status = CASE WHEN seq % 30 = 3 THEN 'running' ELSE 'holding' END,
+            expires_at = CASE WHEN seq % 30 = 3 THEN to_timestamp($1::float8 / 1000) + (CASE WHEN seq % 3000 = 3 THEN -1 ELSE seq % 29 + 1 END) * interval '1 second' END,
+            worker_id = CASE WHEN seq % 30 = 3 THEN 'w' END, started_at = CASE WHEN seq % 30 = 3 THEN enqueued_at END, attempts = CASE WHEN seq % 30 = 3 THEN 1 ELSE 0 END
+     WHERE status = 'holding'`,
     [NOW],
   );
-  await db.pool.query('VACUUM ANALYZE jl_jobs, jl_slots');
+  await db.pool.query('VACUUM ANALYZE jl_jobs');
 }, 120_000);
 
 afterAll(async () => {
@@ -46,8 +50,8 @@ afterAll(async () => {
 const plan = async (sql: string, values: unknown[]): Promise<string> =>
   (await db.pool.query(`EXPLAIN ${sql}`, values)).rows.map((r) => r['QUERY PLAN']).join('\n');
 
-describe('migration 0005 (set-based writes)', () => {
-  it('drops dispatch_jobs, projection_streams and jl_jobs_stream; adds ledger_settings; an admission may have no expiry', async () => {
+describe('the read models\' schema', () => {
+  it('migration 0005: dispatch_jobs, projection_streams and jl_jobs_stream gone, ledger_settings there; an admission may have no expiry', async () => {
     const { rows } = await db.pool.query(
       `SELECT to_regclass('dispatch_jobs') AS dispatch, to_regclass('projection_streams') AS streams, to_regclass('jl_jobs_stream') AS by_stream,
               to_regclass('ledger_settings')::text AS settings, to_regclass('jl_jobs_scheduled')::text AS scheduled`,
@@ -57,39 +61,66 @@ describe('migration 0005 (set-based writes)', () => {
     expect(nullable).toEqual([{ is_nullable: 'YES' }]);
   });
 
-  it('no jl_jobs index names status, and pages keep room (fillfactor 80): the read models\' UPDATE of a start is a HOT update', async () => {
-    const { rows: indexes } = await db.pool.query(`SELECT pg_get_indexdef(indexrelid) AS def FROM pg_index WHERE indrelid = 'jl_jobs'::regclass`);
-    expect(indexes.length).toBeGreaterThan(3);
-    for (const { def } of indexes) expect(def).not.toMatch(/status/);
-    expect((await db.pool.query(`SELECT reloptions FROM pg_class WHERE oid = 'jl_jobs'::regclass`)).rows[0].reloptions).toContain('fillfactor=80');
+  it('migration 0015: jl_slots and jl_parked are views of jl_jobs, the queue tables are gone; a start is ONE update of the job\'s row (one row version, not HOT: its status moves it between partial indexes)', async () => {
+    const { rows: kinds } = await db.pool.query(
+      `SELECT relname, relkind FROM pg_class WHERE relname IN ('jl_slots', 'jl_parked', 'jl_jobs', 'queue_messages', 'queue_archive', 'queues', 'queue_send_counts') ORDER BY relname`,
+    );
+    expect(kinds).toEqual([
+      { relname: 'jl_jobs', relkind: 'r' },
+      { relname: 'jl_parked', relkind: 'v' },
+      { relname: 'jl_slots', relkind: 'v' },
+    ]);
+    const { rows: partial } = await db.pool.query(
+      `SELECT c.relname AS index, pg_get_expr(i.indpred, i.indrelid) AS predicate FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+       WHERE i.indrelid = 'jl_jobs'::regclass AND i.indpred IS NOT NULL ORDER BY 1`,
+    );
+    expect(partial.map((r) => r.index)).toEqual(['jl_jobs_claim', 'jl_jobs_due', 'jl_jobs_expiry', 'jl_jobs_holders', 'jl_jobs_parked', 'jl_jobs_scheduled']);
 
-    // j3 holds a slot (from before the batch); a worker starts it: jl_jobs changes status, attempts, worker, started_at.
+    // j3 holds a slot nobody started; a worker starts it: one UPDATE of its row (status, attempts, worker, started_at, expiry).
     const client = await db.pool.connect();
     try {
       await client.query('BEGIN');
       const statements = projectReadModels([
         { event: mk('JobStarted', { jobId: 'j3', leaseId: 'j3:1', workerId: 'w1', attempt: 1, expiresAt: NOW + 30_000, at: NOW }), stream: 'key:k3', revision: 9, key: 'k3', commit: 1n },
       ]);
-      expect(statements.map((s) => s.text)).toEqual([UPDATE_JOBS_SQL, UPDATE_SLOTS_SQL]);
+      expect(statements.map((s) => s.text)).toEqual([UPDATE_JOBS_SQL]);
       await applyStatements(client, statements);
       const { rows } = await client.query(`SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = 'jl_jobs'`);
-      expect(rows).toEqual([{ n_tup_upd: '1', n_tup_hot_upd: '1' }]);
-      expect((await client.query(`SELECT status, attempts, worker_id FROM jl_jobs WHERE job_id = 'j3'`)).rows).toEqual([{ status: 'running', attempts: 1, worker_id: 'w1' }]);
+      expect(rows).toEqual([{ n_tup_upd: '1', n_tup_hot_upd: '0' }]);
+      expect((await client.query(`SELECT status, attempts, worker_id, expires_at FROM jl_jobs WHERE job_id = 'j3'`)).rows).toEqual([{ status: 'running', attempts: 1, worker_id: 'w1', expires_at: new Date(NOW + 30_000) }]);
+      expect((await client.query(`SELECT worker_id, attempt FROM jl_slots WHERE job_id = 'j3'`)).rows).toEqual([{ worker_id: 'w1', attempt: 1 }]);
     } finally {
       await client.query('ROLLBACK');
       client.release();
     }
   });
 
-  it("the sweeper's one query (with its parameters: now in epoch ms, a limit) uses jl_slots_expiry and jl_jobs_due, and finds exactly the expired started leases and the due jobs", async () => {
+  it("a worker's claim (CLAIM_SQL, with its parameters) walks jl_jobs_claim from the oldest admission and stops at its limit", async () => {
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
+      await client.query(`PREPARE test_claim (text, int, text[], text[]) AS ${CLAIM_SQL}`);
+      const p = (await client.query(`EXPLAIN EXECUTE test_claim('default', 10, '{}', '{}')`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+      expect(p, p).toMatch(/Index Scan using jl_jobs_claim on jl_jobs/);
+      expect(p, p).not.toMatch(/Sort|Seq Scan/);
+      const { rows } = await client.query(`EXECUTE test_claim('default', 10, '{key:k1}', '{j6}')`);
+      expect(rows).toHaveLength(10);
+      expect(rows.some((r: { stream: string; jobId: string }) => r.stream === 'key:k1' || r.jobId === 'j6')).toBe(false);
+    } finally {
+      await client.query('ROLLBACK');
+      client.release();
+    }
+  });
+
+  it("the sweeper's one query (with its parameters: now in epoch ms, a limit) uses jl_jobs_expiry and jl_jobs_due, and finds exactly the expired started leases and the due jobs", async () => {
     // No enable_seqscan = off: on tables this size the planner must prefer the indexes by itself.
     const counts = (await db.pool.query(`SELECT (SELECT count(*) FROM jl_jobs WHERE run_at IS NOT NULL)::int AS scheduled, (SELECT count(*) FROM jl_slots WHERE expires_at IS NOT NULL)::int AS started`)).rows[0];
     expect(counts.scheduled).toBeGreaterThan(3_000);
     expect(counts.started).toBeGreaterThan(1_000);
     const sweep = await plan(SWEEP_CANDIDATES_SQL, [NOW, 500, '', '', '']);
     // An index scan, an index-only scan, or a bitmap scan of the index: whichever, the index is what finds them.
-    expect(sweep).toMatch(/(Index (Only )?Scan using jl_slots_expiry on jl_slots|Bitmap Index Scan on jl_slots_expiry)/);
-    expect(sweep).not.toMatch(/Seq Scan on jl_slots/);
+    expect(sweep).toMatch(/(Index (Only )?Scan using jl_jobs_expiry on jl_jobs|Bitmap Index Scan on jl_jobs_expiry)/);
     expect(sweep).toMatch(/(Index (Only )?Scan using jl_jobs_due on jl_jobs|Bitmap Index Scan on jl_jobs_due)/);
     expect(sweep).not.toMatch(/Seq Scan on jl_jobs/);
 
@@ -109,21 +140,16 @@ describe('migration 0005 (set-based writes)', () => {
     expect(await streams('expired', 2)).toHaveLength(2);
   });
 
-  it("the read models' UPDATEs find each row by primary key under the flush's generic plans, whatever the batch", async () => {
+  it("the read models' UPDATE finds each row by primary key under the flush's generic plans, whatever the batch", async () => {
     const client = await db.pool.connect();
     try {
       await client.query('BEGIN');
       await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
-      for (const [name, text, table, pkey] of [
-        ['jobs', UPDATE_JOBS_SQL, 'jl_jobs', 'jl_jobs_pkey'],
-        ['slots', UPDATE_SLOTS_SQL, 'jl_slots', 'jl_slots_pkey'],
-      ] as const) {
-        await client.query(`PREPARE test_${name} (jsonb, text[]) AS ${text}`);
-        const { rows } = await client.query(`EXPLAIN EXECUTE test_${name}('[{"job_id": "j3"}]', ARRAY['j3'])`);
-        const p = rows.map((r) => r['QUERY PLAN']).join('\n');
-        expect(p, p).toMatch(new RegExp(`(Bitmap )?Index Scan (using|on) ${pkey}`));
-        expect(p, p).not.toMatch(new RegExp(`Seq Scan on ${table}`));
-      }
+      await client.query(`PREPARE test_jobs (jsonb, text[], int) AS ${UPDATE_JOBS_SQL}`);
+      const { rows } = await client.query(`EXPLAIN EXECUTE test_jobs('[{"job_id": "j3"}]', ARRAY['j3'], 1)`);
+      const p = rows.map((r) => r['QUERY PLAN']).join('\n');
+      expect(p, p).toMatch(/(Bitmap )?Index Scan (using|on) jl_jobs_pkey/);
+      expect(p, p).not.toMatch(/Seq Scan on jl_jobs/);
     } finally {
       await client.query('ROLLBACK');
       await client.query('DEALLOCATE ALL');

@@ -7,10 +7,11 @@ import { decodeRecorded } from '../../src/domain/recorded.js';
 import type { Command } from '../../src/domain/commands.js';
 import { RefusedError } from '../../src/domain/errors.js';
 import { apply, draftOf, fold, holders, initialKeyState, jobsIn, parkedInOrder, type Draft, type KeyState } from '../../src/domain/key-state.js';
-import type { RecordedEvent } from '../../src/domain/ports/event-store.js';
+import { comparePositions, type GlobalPosition, type RecordedEvent } from '../../src/domain/ports/event-store.js';
 import { keyStream } from '../../src/domain/streams.js';
 import { statement, type Projection } from '../../src/projections/projection.js';
 import { READ_MODELS } from '../../src/projections/read-models.js';
+import { claimStatement } from '../../src/adapters/queue/job-queue.js';
 
 type Db = Pick<pg.ClientBase, 'query'>;
 
@@ -101,15 +102,13 @@ export const expectReadModelsMatchFold = async (pool: pg.Pool, streams?: readonl
 export const READ_MODEL_KEYS = [
   ['jl_keys', 'stream'],
   ['jl_jobs', 'job_id'],
-  ['jl_slots', 'job_id'],
-  ['jl_parked', 'job_id'],
   ['jl_limit_jobs', 'stream, job_id'],
 ] as const;
 
-/** Every row of the read models (and jl_key_stats), in primary-key order. */
+/** Every row of the read models (and their views jl_slots, jl_parked, jl_key_stats), in primary-key order. */
 export const readModelRows = async (db: Db): Promise<Record<string, unknown[]>> => {
   const out: Record<string, unknown[]> = {};
-  for (const [table, pk] of [...READ_MODEL_KEYS, ['jl_key_stats', 'stream']]) {
+  for (const [table, pk] of [...READ_MODEL_KEYS, ['jl_slots', 'job_id'], ['jl_parked', 'job_id'], ['jl_key_stats', 'stream']]) {
     out[table] = (await db.query(`SELECT * FROM ${table} ORDER BY ${pk} COLLATE "C"`)).rows;
   }
   return out;
@@ -124,7 +123,7 @@ export const ledgerEvents = async (db: Db): Promise<RecordedEvent[]> =>
   ).rows.map(toRecordedEvent);
 
 // ---------------------------------------------------------------------------------------------
-// The dispatcher's messages
+// The dispatcher, and what a worker's read can claim
 
 /**
  * One batch the dispatcher applied (async mode), as recordDispatchBatches saw it in the batch's
@@ -162,129 +161,49 @@ export const dispatchBatches = async (db: Db): Promise<DispatchBatch[]> =>
     (r) => ({ first: BigInt(r.first), last: BigInt(r.last), readModels: r.read_models === null ? null : BigInt(r.read_models) }),
   );
 
-interface ExpectedMessage {
-  readonly queue: string;
-  readonly message: { jobId: string; key: string | null; leaseId: string; name: string; args: unknown; attempt: number | number[]; leaseMs: number };
-  readonly gone: boolean;
-}
-
 /**
- * The messages the dispatcher must have sent, by lease: one per admission (SlotAcquired,
- * JobPromoted) of every stream, except
- * - a direct handoff: the lease's JobStarted is in the admission's transaction (same position.commit);
- * - an admission whose SlotReleased is in the same batch (inline: the same transaction).
- * The message is the job as jl_jobs has it when the batch is applied: inline, at the end of the
- * admission's transaction; async (`batches`), somewhere between the end of the batch and the
- * read models' checkpoint in the batch's transaction, so `attempt` may be any value the job's
- * attempts took in that range (a list then). A message is gone from the queue when a SlotReleased names it
- * (msgId) and queued otherwise. In async mode an admission no recorded batch covers has no message yet.
+ * What a worker's read can claim (CLAIM_SQL, on every queue) is exactly the admitted jobs no
+ * worker has started, as each stream's fold says, with what their worker needs: name and args
+ * (its JobEnqueued), attempt = starts so far + 1, its lease. Each job once: one row per job, so
+ * one message per admission. Run once the read models are at the ledger (inline: always; async:
+ * when the runners caught up), or at `upTo` (the read models' checkpoint). Returns how many.
  */
-export const expectedMessages = async (db: Db, options: { readonly batches?: readonly DispatchBatch[] } = {}): Promise<Map<string, ExpectedMessage>> => {
-  const events = (await ledgerEvents(db)).map((r) => ({ r, e: decodeRecorded(r) }));
-  const { batches } = options;
-  const batchOf = (commit: bigint): { end: bigint; readModels: bigint } | undefined => {
-    if (batches === undefined) return { end: commit, readModels: commit };
-    const b = batches.find((x) => x.first <= commit && commit <= x.last);
-    return b === undefined ? undefined : { end: b.last, readModels: b.readModels ?? b.last };
-  };
-  // Each job's attempts after every transaction that touched it, by the domain's own fold.
+export const expectClaimableMatchFold = async (pool: pg.Pool, options: { readonly upTo?: GlobalPosition } = {}): Promise<number> => {
   const states = new Map<string, Draft>();
-  const attempts = new Map<string, { commit: bigint; attempts: number }[]>();
-  const enqueued = new Map<string, { name: string; args: unknown; queue: string; leaseMs: number }>();
-  const startedIn = new Set<string>();
-  const released = new Map<string, { commit: bigint; msgId: string | undefined }>();
-  for (const { r, e } of events) {
+  const enqueued = new Map<string, { name: string; args: unknown; queue: string }>();
+  const { upTo } = options;
+  for (const r of await ledgerEvents(pool)) {
+    if (upTo !== undefined && comparePositions(r.position, upTo) > 0) break;
+    const e = decodeRecorded(r);
     let state = states.get(r.stream);
     if (state === undefined) states.set(r.stream, (state = draftOf(initialKeyState)));
     apply(state, e);
-    // A limit key's events about its guests: the job's attempts and admissions are its home's.
-    if (e.type === 'KeyLimitSet' || e.type === 'KeyPaused' || e.type === 'KeyResumed' || e.type === 'LimitWaiting' || e.type === 'LimitHeld' || e.type === 'LimitReleased' || e.type === 'LimitLeft') continue;
-    const { jobId } = e.data;
-    if (e.type === 'JobEnqueued') enqueued.set(jobId, { name: e.data.name, args: e.data.args ?? null, queue: e.data.queue, leaseMs: e.data.leaseMs });
-    if (e.type === 'JobStarted') startedIn.add(`${r.position.commit}/${e.data.leaseId}`);
-    if (e.type === 'SlotReleased') released.set(e.data.leaseId, { commit: r.position.commit, msgId: e.data.msgId });
-    const now = state.jobs[jobId]?.attempts;
-    if (now !== undefined) {
-      const timeline = attempts.get(jobId) ?? [];
-      if (timeline.at(-1)?.commit === r.position.commit) timeline.pop();
-      timeline.push({ commit: r.position.commit, attempts: now });
-      attempts.set(jobId, timeline);
+    if (e.type === 'JobEnqueued') enqueued.set(e.data.jobId, { name: e.data.name, args: e.data.args ?? null, queue: e.data.queue });
+  }
+  const expected: Record<string, unknown>[] = [];
+  for (const [stream, state] of states) {
+    for (const job of holders(state as unknown as KeyState)) {
+      if (job.home !== undefined || job.lease!.workerId !== null) continue;
+      const { name, args, queue } = enqueued.get(job.jobId)!;
+      expected.push({ queue, jobId: job.jobId, key: stream.startsWith('key:') ? stream.slice(4) : null, stream, leaseId: job.lease!.leaseId, name, args, attempt: job.attempts + 1, leaseMs: job.leaseMs });
     }
   }
-  const attemptsBetween = (jobId: string, from: bigint, to: bigint): number[] => {
-    const timeline = attempts.get(jobId) ?? [];
-    const values = new Set<number>();
-    const atFrom = timeline.filter((x) => x.commit <= from).at(-1);
-    if (atFrom) values.add(atFrom.attempts);
-    for (const x of timeline) if (x.commit > from && x.commit <= to) values.add(x.attempts);
-    return [...values];
-  };
-  const expected = new Map<string, ExpectedMessage>();
-  for (const { r, e } of events) {
-    if (e.type !== 'SlotAcquired' && e.type !== 'JobPromoted') continue;
-    const { jobId, leaseId } = e.data;
-    const commit = r.position.commit;
-    const batch = batchOf(commit);
-    if (batch === undefined || startedIn.has(`${commit}/${leaseId}`)) continue;
-    const release = released.get(leaseId);
-    if (release !== undefined && release.commit <= batch.end) continue;
-    const job = enqueued.get(jobId)!;
-    const between = attemptsBetween(jobId, batch.end, batch.readModels).map((a) => a + 1);
-    expect(expected.has(leaseId), `lease ${leaseId} admitted twice`).toBe(false);
-    expected.set(leaseId, {
-      queue: job.queue,
-      message: { jobId, key: r.stream.startsWith('key:') ? r.stream.slice(4) : null, leaseId, name: job.name, args: job.args, attempt: between.length === 1 ? between[0]! : between, leaseMs: job.leaseMs },
-      gone: release?.msgId !== undefined && batchOf(release.commit) !== undefined,
-    });
-  }
-  return expected;
-};
-
-export interface SentMessage {
-  readonly msgId: string;
-  readonly queue: string;
-  readonly message: { leaseId: string; attempt: number } & Record<string, unknown>;
-  /** No longer in the queue: its release deleted it (or the writer archived it). */
-  readonly gone: boolean;
-}
-
-/** Every dispatch message sent, in send order: needs a database made with `recordSends` (test_sent_messages). */
-export const sentMessages = async (db: Db): Promise<SentMessage[]> =>
-  (
-    await db.query(
-      `SELECT s.msg_id::text AS "msgId", s.queue, s.message, m.msg_id IS NULL AS gone
-       FROM test_sent_messages s LEFT JOIN queue_messages m ON m.msg_id = s.msg_id
-       WHERE s.message ? 'leaseId'`,
-    )
-  ).rows.sort((a, b) => Number(BigInt(a.msgId) - BigInt(b.msgId)));
-
-/**
- * Exactly one message per admission that must have one (expectedMessages), each lease once,
- * with the right content, gone from the queue exactly when its SlotReleased named it. Returns how many.
- */
-export const expectOneMessagePerAdmission = async (db: Db, options: { readonly batches?: readonly DispatchBatch[] } = {}): Promise<number> => {
-  const expected = await expectedMessages(db, options);
-  const sent = await sentMessages(db);
-  const leases = sent.map((m) => m.message.leaseId);
-  expect(new Set(leases).size, 'a lease got two messages').toBe(leases.length);
-  const byLease = new Map(sent.map((m) => [m.message.leaseId, m]));
-  // A SlotReleased names the message of its own lease.
-  for (const { e } of (await ledgerEvents(db)).map((r) => ({ e: decodeRecorded(r) }))) {
-    if ((e.type === 'SlotReleased' || e.type === 'JobStarted' || e.type === 'LeaseRenewed') && e.data.msgId !== undefined) {
-      expect(byLease.get(e.data.leaseId)?.msgId, `${e.type} of ${e.data.leaseId} names message ${e.data.msgId}`).toBe(e.data.msgId);
+  const client = await pool.connect();
+  const actual: Record<string, unknown>[] = [];
+  try {
+    await client.query('BEGIN');
+    const { rows: queues } = await client.query<{ queue: string }>(`SELECT DISTINCT queue FROM jl_jobs WHERE status = 'holding'`);
+    for (const { queue } of queues) {
+      const claim = claimStatement({ queue, qty: 1_000_000, skipStreams: [], skipJobs: [] });
+      actual.push(...(await client.query(claim.text, claim.values as unknown[])).rows.map((row) => ({ queue, ...row })));
     }
+  } finally {
+    await client.query('ROLLBACK');
+    client.release();
   }
-  const actual = new Map(sent.map((m) => [m.message.leaseId, { queue: m.queue, message: m.message, gone: m.gone }]));
-  // Where the attempt may be one of several values, take the one sent if it is among them.
-  const wanted = new Map(
-    [...expected].map(([lease, x]) => {
-      const got = actual.get(lease)?.message.attempt;
-      const attempt = Array.isArray(x.message.attempt) && got !== undefined && x.message.attempt.includes(got) ? got : x.message.attempt;
-      return [lease, { ...x, message: { ...x.message, attempt } }];
-    }),
-  );
-  expect(actual).toEqual(wanted);
-  return sent.length;
+  const byJob = (a: Record<string, unknown>, b: Record<string, unknown>) => String(a.jobId).localeCompare(String(b.jobId));
+  expect(actual.sort(byJob)).toEqual(expected.sort(byJob));
+  return actual.length;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -313,24 +232,17 @@ export const manualClock = (start = Date.UTC(2030, 0, 1)) => {
  * `steps` random commands over `keys` (and some jobs without a key) through the real ledger:
  * enqueues (with priorities, delays, limits, full-key policies), starts, renewals, completions,
  * failures, yields, cancels, discards, limit changes, pauses and resumes, revocations, lease expiry
- * and due admissions, with the clock moving on. Refused commands (stale leases...) are part of the run. With `pool`, most starts
- * name the lease's dispatch message when it is in the queue (as a worker's read does), so its
- * renewals and release move and archive it. With `limitKeys` (keys of their own, limit 2, never
+ * and due admissions, with the clock moving on. Refused commands (stale leases...) are part of the run. With `limitKeys` (keys of their own, limit 2, never
  * among `keys`), some jobs are also under one or two of them (enqueue `limits`); commands go to
  * a job's home, so a key's guests are never picked for them.
  */
 export const randomRun = async (
   ledger: Ledger,
   clock: ReturnType<typeof manualClock>,
-  options: { readonly seed: number; readonly steps: number; readonly keys: readonly string[]; readonly prefix: string; readonly pool?: pg.Pool; readonly limitKeys?: readonly string[] },
+  options: { readonly seed: number; readonly steps: number; readonly keys: readonly string[]; readonly prefix: string; readonly limitKeys?: readonly string[] },
 ): Promise<void> => {
   const r = prng(options.seed);
   let n = 0;
-  const messageOf = async (leaseId: string): Promise<{ msgId: string } | Record<string, never>> => {
-    if (options.pool === undefined || r.next() < 0.3) return {};
-    const { rows } = await options.pool.query<{ id: string }>(`SELECT msg_id::text AS id FROM queue_messages WHERE message->>'leaseId' = $1`, [leaseId]);
-    return rows[0] === undefined ? {} : { msgId: rows[0].id };
-  };
   for (let step = 0; step < options.steps; step++) {
     // The writer's follow-ups (FillSlots) of the last step are written first: each step then sees
     // the same state whatever the pace of the machine, so a seed always makes the same run.
@@ -384,7 +296,7 @@ export const randomRun = async (
       await ledger.enqueueMany(jobs);
     } else if (roll < 0.55) {
       const job = r.pick(held.filter((j) => j.lease!.workerId === null)) ?? r.pick(held);
-      if (job) await run({ type: 'Start', jobId: job.jobId, leaseId: job.lease!.leaseId, workerId: `w${r.int(3)}`, ...(await messageOf(job.lease!.leaseId)) });
+      if (job) await run({ type: 'Start', jobId: job.jobId, leaseId: job.lease!.leaseId, workerId: `w${r.int(3)}` });
     } else if (roll < 0.68) {
       const job = r.pick(held);
       if (job) await run({ type: 'Complete', jobId: job.jobId, leaseId: job.lease!.leaseId, ...handOff() });

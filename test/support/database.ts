@@ -78,31 +78,17 @@ export interface MigratedDatabase extends TestDatabase {
   readonly pool: pg.Pool;
 }
 
-// Every message ever sent, for tests that hold the dispatcher to one message per admission: the
-// dispatcher deletes a released job's message (issue 22), so the queue alone no longer shows it.
-// Test-only: a trigger on queue_messages, never part of jobledger's schema.
-const RECORD_SENDS_SQL = `
-CREATE TABLE test_sent_messages (msg_id bigint PRIMARY KEY, queue text NOT NULL, message jsonb NOT NULL);
-CREATE FUNCTION test_record_send() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  INSERT INTO test_sent_messages (msg_id, queue, message) VALUES (NEW.msg_id, NEW.queue, NEW.message);
-  RETURN NULL;
-END $$;
-CREATE TRIGGER test_record_send AFTER INSERT ON queue_messages FOR EACH ROW EXECUTE FUNCTION test_record_send();`;
-
 /**
  * A fresh database with jobledger's schema and a pool on it; drop() ends the pool, then drops the
  * database. `pipeline` makes the pool's clients pipeline queries, as the ledger's own pool does.
- * `recordSends` keeps every queue message sent in test_sent_messages (see sentMessages).
  */
-export async function createMigratedDatabase(max = 8, options: { pipeline?: boolean; recordSends?: boolean } = {}): Promise<MigratedDatabase> {
+export async function createMigratedDatabase(max = 8, options: { pipeline?: boolean } = {}): Promise<MigratedDatabase> {
   const { migrate } = await import('../../src/adapters/postgres/migrations.js');
   const db = await createTestDatabase();
   const pool = new pg.Pool({ connectionString: db.url, max, pipeline: options.pipeline === true } as pg.PoolConfig);
   // pool.end() resolves before its connections have closed; drop() (FORCE) may kill them first.
   pool.on('error', () => undefined);
   await migrate(pool);
-  if (options.recordSends === true) await pool.query(RECORD_SENDS_SQL);
   return {
     url: db.url,
     pool,

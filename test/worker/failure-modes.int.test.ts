@@ -31,9 +31,9 @@ afterAll(async () => {
 
 const eventsOf = (key: string): Promise<RecordedEvent[]> => ledger.store.readStream(keyStream(key));
 
-/** Job ids of the queue messages (waiting or in flight) of a key. */
+/** Job ids of the dispatch messages of a key: its jobs holding a slot (waiting to be claimed, or running), in admission order. */
 const messagesOf = async (key: string): Promise<string[]> =>
-  (await db.pool.query<{ job_id: string }>(`SELECT message->>'jobId' AS job_id FROM queue_messages WHERE message->>'key' = $1 ORDER BY msg_id`, [key])).rows.map((r) => r.job_id);
+  (await db.pool.query<{ job_id: string }>(`SELECT job_id FROM jl_slots WHERE key = $1 ORDER BY acquired_at, job_id`, [key])).rows.map((r) => r.job_id);
 
 /** The most slots of the key held at once, replaying its events: a slot is held from its admission to its release. */
 const mostHeld = (events: readonly RecordedEvent[]): number => {
@@ -161,13 +161,13 @@ describe('FAILURE-MODES #13: a slot leaked forever when a claim was half-written
   const blockedBy = async (pid: number): Promise<number[]> =>
     (await db.pool.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [pid])).rows.map((r) => r.pid);
 
-  it('the admission, its holder and its dispatch message are one transaction: an enqueue killed after writing its events leaves no slot, no holder, no message; rerun, it lands once', async () => {
+  it('the admission, its holder and its dispatch message are one transaction: an enqueue killed after writing its events leaves no slot, no holder, no row to claim; rerun, it lands once', async () => {
     const key = 'fm13:admit';
     await ledger.enqueue({ name: 'work', key, limit: 2, queue: 'fm13-admit', jobId: 'admit-0' });
-    // The enqueue's transaction writes its events and read models, then waits to send the dispatch message.
+    // The enqueue's transaction writes its events, then waits to write the job's row (its slot and its dispatch message).
     const locker = await db.pool.connect();
     await locker.query('BEGIN');
-    await locker.query('LOCK TABLE queue_messages IN EXCLUSIVE MODE');
+    await locker.query('LOCK TABLE jl_jobs IN EXCLUSIVE MODE');
     const { rows } = await locker.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
     const lockerPid = rows[0]!.pid;
     let released = false;
@@ -179,10 +179,10 @@ describe('FAILURE-MODES #13: a slot leaked forever when a claim was half-written
     };
     try {
       const enqueued = ledger.enqueue({ name: 'work', key, limit: 2, queue: 'fm13-admit', jobId: 'admit-1' }).catch((error: unknown) => error);
-      const [victim] = await until(() => blockedBy(lockerPid), (pids) => pids.length === 1, 'the enqueue waiting to send its message', 15_000);
-      // Half-written: its events are in the transaction, the message is not.
+      const [victim] = await until(() => blockedBy(lockerPid), (pids) => pids.length === 1, 'the enqueue waiting to write the job\'s row', 15_000);
+      // Half-written: its events are in the transaction, the job's row is not.
       const { rows: waiting } = await db.pool.query<{ query: string }>('SELECT query FROM pg_stat_activity WHERE pid = $1', [victim]);
-      expect(waiting[0]?.query).toMatch(/queue_messages|queues/);
+      expect(waiting[0]?.query).toMatch(/INSERT INTO jl_jobs/);
       await db.pool.query('SELECT pg_terminate_backend($1)', [victim]);
       // Nothing of it is there: no event, no slot row, no message.
       const events = await eventsOf(key);
@@ -205,7 +205,7 @@ describe('FAILURE-MODES #13: a slot leaked forever when a claim was half-written
     }
   });
 
-  it('a claim killed after reading the message and before starting it: no start recorded, the message is read again, the job runs once on its lease, the slot goes to the next job', async () => {
+  it('a claim killed after claiming the job and before starting it: no start recorded, the job is claimed again, runs once on its lease, the slot goes to the next job', async () => {
     const queue = 'fm13-claim';
     const key = 'fm13:claim';
     await ledger.enqueueMany(['claim-1', 'claim-2'].map((jobId) => ({ name: 'work', key, limit: 1, queue, jobId })));
@@ -215,10 +215,10 @@ describe('FAILURE-MODES #13: a slot leaked forever when a claim was half-written
     const worker = ledger.worker({ queue, concurrency: 2, handlers: { work: counter.handler } });
     try {
       worker.start();
-      // The worker's transaction has read the message (hiding it) and waits to append JobStarted.
+      // The worker's transaction has claimed the job's row (a row lock) and waits to append JobStarted.
       const [victim] = await until(() => blockedBy(held.pid), (pids) => pids.length === 1, 'the claim waiting to start the job', 15_000);
-      const { rows: read } = await db.pool.query<{ read_ct: number }>(`SELECT read_ct FROM queue_messages WHERE message->>'jobId' = 'claim-1'`);
-      expect(read).toEqual([{ read_ct: 0 }]); // its read is not committed
+      const { rows: read } = await db.pool.query<{ status: string }>(`SELECT status FROM jl_jobs WHERE job_id = 'claim-1'`);
+      expect(read).toEqual([{ status: 'holding' }]); // its claim changed nothing that is committed
       await db.pool.query('SELECT pg_terminate_backend($1)', [victim]);
       await held.client.query('ROLLBACK');
       held.client.release();

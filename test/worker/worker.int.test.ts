@@ -1,7 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
-import { dispatchQueue } from '../../src/adapters/queue/pg-queue.js';
 import { defineJob, type JobContext } from '../../src/adapters/worker/define-job.js';
 import { Worker } from '../../src/adapters/worker/worker.js';
 import { keyEventId } from '../../src/commands/enqueue.js';
@@ -217,7 +216,8 @@ describe('worker', () => {
       .filter((e, i) => e.type === 'JobStarted' && events[i - 1]?.type === 'JobPromoted' && events[i - 1]!.position.commit === e.position.commit)
       .map((e) => e.data.jobId);
     expect(handedOff).toEqual(['handoff-1', 'handoff-2', 'handoff-3', 'handoff-5', 'handoff-6', 'handoff-7', 'handoff-9']);
-    expect((await ledger.queue.metrics('default')).totalSent).toBe(3);
+    // The other three went through the queue: claimed by a read, started in a later transaction than their admission.
+    expect(events.filter((e) => e.type === 'JobStarted').length - handedOff.length).toBe(3);
     // every start was this worker's, one attempt each, and the key is idle at the end
     expect(new Set(events.filter((e) => e.type === 'JobStarted').map((e) => [e.data.workerId, e.data.attempt].join()))).toEqual(new Set([`${worker.workerId},1`]));
     const { state } = await ledger.keyState('handoff');
@@ -231,7 +231,12 @@ describe('worker', () => {
     worker.start();
     await until(() => ledger.finishedJobs(jobIds), (n) => n === jobIds.length, 'every job to finish');
     await worker.stop();
-    expect((await ledger.queue.metrics('default')).totalSent).toBe(3);
+    const events = await eventsOf('handoff-off');
+    const admittedWith = new Map(events.filter((e) => e.type === 'SlotAcquired' || e.type === 'JobPromoted').map((e) => [(e.data as { leaseId: string }).leaseId, e.position.commit]));
+    const starts = events.filter((e) => e.type === 'JobStarted');
+    expect(starts).toHaveLength(3);
+    // Each claimed by a read: started in a transaction after the one that admitted it.
+    for (const e of starts) expect(admittedWith.get((e.data as { leaseId: string }).leaseId)).not.toBe(e.position.commit);
   });
 
   it('bad worker options are refused naming the option', () => {
@@ -293,7 +298,7 @@ describe('worker', () => {
     process.on('unhandledRejection', onUnhandled);
     try {
       // The ledger's own wiring, with a writer whose Yields fail (the database went away as the worker stopped).
-      const store = new PostgresEventStore(db.pool, { inline: [createReadModelProjections(), createDispatcher(dispatchQueue)] });
+      const store = new PostgresEventStore(db.pool, { inline: [createReadModelProjections(), createDispatcher()] });
       const writer = new KeyWriter(store, store, { logger: silentLogger, eventId: keyEventId });
       const failing = {
         executeMany: (items: readonly KeyCommand[]) => (items.some((i) => i.command.type === 'Yield') ? Promise.reject(new Error('the database went away')) : writer.executeMany(items)),
@@ -416,9 +421,9 @@ describe('worker', () => {
 
 // Issue 10 part 6 as measured: a worker and the sweeper over ten keys, one of which has an event
 // appended by hand that does not decode. Then "0 of 9 jobs on healthy keys ran"; now they all run,
-// and the broken key's job waits in the queue, read once, not over and over.
+// and the broken key's job waits, claimed once, not over and over.
 describe('a key with an event that does not decode', () => {
-  it.each(BAD_CASES)("regression (issue 10: 0 of 9 jobs on healthy keys ran): with an event of %s on one key, a worker runs the 9 healthy keys' jobs; the broken key's job waits, its message read once", async (bad) => {
+  it.each(BAD_CASES)("regression (issue 10: 0 of 9 jobs on healthy keys ran): with an event of %s on one key, a worker runs the 9 healthy keys' jobs; the broken key's job waits, claimed once", async (bad) => {
     await ledger.enqueue({ name: 'w', key: 'broken', limit: 1, jobId: 'broken-1' });
     const placed = await appendByHand(db.pool, keyStream('broken'), bad);
     for (let i = 0; i < 9; i++) await ledger.enqueue({ name: 'w', key: `healthy-${i}`, limit: 1, jobId: `healthy-${i}` });
@@ -428,11 +433,15 @@ describe('a key with an event that does not decode', () => {
     worker.start();
     try {
       await until(async () => ran.length, (n) => n >= 9, 'the healthy jobs to run');
-      // Long enough for a worker that re-read the broken key's message at once to have read it many times.
+      // A claim row-locks the job's row: xmax names the last transaction that locked it. Claimed, and then left alone
+      // for long enough that a worker claiming it again at once would have done so many times.
+      const locker = async () => (await db.pool.query<{ xmax: string; status: string }>(`SELECT xmax::text, status FROM jl_jobs WHERE job_id = 'broken-1'`)).rows[0]!;
+      const first = await locker();
+      expect(first.status).toBe('holding');
+      expect(first.xmax).not.toBe('0');
       await new Promise((r) => setTimeout(r, 1_000));
       expect(ran.sort()).toEqual(Array.from({ length: 9 }, (_, i) => `healthy-${i}`).sort());
-      const { rows } = await db.pool.query<{ read_ct: number }>(`SELECT read_ct FROM queue_messages WHERE message->>'jobId' = 'broken-1'`);
-      expect(rows).toEqual([{ read_ct: 1 }]);
+      expect(await locker()).toEqual(first);
       const broken = (await ledger.keys()).find((k) => k.key === 'broken');
       expect(broken?.quarantine).toMatchObject({ revision: placed.revision, readers: ['writer'] });
     } finally {

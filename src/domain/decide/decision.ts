@@ -310,7 +310,7 @@ export class Decision {
   /**
    * Direct handoff: the worker whose job ended starts the first job this decision promoted onto
    * its queue. Nothing changes for the limit: the promoted job holds its slot either way; it is
-   * only started without waiting for its message (the dispatcher sends none for it).
+   * only started without a worker's read claiming it.
    */
   handOff(to: { readonly workerId: string; readonly queue: string } | undefined): void {
     if (to === undefined) return;
@@ -324,7 +324,7 @@ export class Decision {
     }
   }
 
-  /** Frees the slot; its dispatch message (if the lease ran from one) is archived in the same append. */
+  /** Frees the slot (naming the dispatch message a lease started before migration 0015 ran from). */
   release(job: JobEntry, reason: ReleaseReason): void {
     if (job.lease === null) throw new Error(`release of job ${job.jobId} that holds no slot`);
     const { leaseId, msgId } = job.lease;

@@ -86,7 +86,7 @@ describe('migrate', () => {
     const { rows: found } = await pool.query<{ relname: string }>(`WITH r AS (${relations}) SELECT relname FROM r ORDER BY relname`);
     expect(found.map((r) => r.relname)).toEqual([
       'events', 'events_archive', 'jl_jobs', 'jl_key_stats', 'jl_keys', 'jl_lease_grace', 'jl_limit_jobs', 'jl_parked', 'jl_quarantined', 'jl_slots', 'ledger_events', 'ledger_settings', 'projection_checkpoints',
-      'queue_archive', 'queue_messages', 'queue_send_counts', 'queues', 'snapshots', 'streams', 'workers',
+      'snapshots', 'streams', 'workers',
     ]);
   });
 });

@@ -169,15 +169,15 @@ COMMENT ON COLUMN jl_key_stats.guests_parked IS
 
 -- A projection's UPDATE of rows that must exist (an admission, a release: the job's JobEnqueued
 -- made its row) fails the batch when one is missing: a job without its row would never be claimed.
-CREATE FUNCTION jl_expect_rows(found bigint, expected integer, what text) RETURNS bigint LANGUAGE plpgsql AS $$
+CREATE FUNCTION jl_expect_rows(rows_found bigint, rows_expected integer, what text) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
-  IF found <> expected THEN
-    RAISE EXCEPTION 'read model: % of % rows of % found', found, expected, what USING ERRCODE = 'JL002';
+  IF rows_found <> rows_expected THEN
+    RAISE EXCEPTION 'read model: % of % rows of % found', rows_found, rows_expected, what USING ERRCODE = 'JL002';
   END IF;
-  RETURN found;
+  RETURN rows_found;
 END
 $$;
 COMMENT ON FUNCTION jl_expect_rows(bigint, integer, text) IS
-  'Fails the transaction (SQLSTATE JL002) unless found = expected: the read-model projection''s check that every jl_jobs row it updates exists (a ledger whose job has no row is broken; silently skipping it would lose the job).';
+  'Fails the transaction (SQLSTATE JL002) unless rows_found = rows_expected: the read-model projection''s check that every jl_jobs row it updates exists (a ledger whose job has no row is broken; silently skipping it would lose the job).';
 `,
 };
