@@ -10,8 +10,10 @@ import {
   type EventProbe,
   type HandedOffJob,
   type LockedStream,
+  type WriteTransaction,
 } from '../domain/ports/ledger-store.js';
 import { EventDecodeError } from '../domain/recorded.js';
+import type { Command } from '../domain/commands.js';
 import { FlushDecisions, UnreadableStream } from './flush-decisions.js';
 import { StreamsMissing, SubmissionRefused, SubmissionUnreadable, logFields, sleep, type FlushContext, type Read, type Submission } from './flush-context.js';
 import { readMessages } from './flush-messages.js';
@@ -92,10 +94,11 @@ export async function attemptFlush(ctx: FlushContext, batch: readonly Submission
       refused: (item, refusal) => ctx.log.info({ ...logFields(item.stream, item.command), refusal: refusal.tag }, describeDomainError(refusal)),
     });
     const { decided } = decisions;
+    const command = await graced(tx, going, broken, ctx);
     for (const s of going) {
       for (const item of s.items) {
         try {
-          decisions.decide(item, (streams) => { throw new StreamsMissing(s, item, streams); });
+          decisions.decide(item, (streams) => { throw new StreamsMissing(s, item, streams); }, command(item));
         } catch (error) {
           throw error instanceof UnreadableStream ? new SubmissionUnreadable(s, error.cause) : error;
         }
@@ -174,6 +177,30 @@ export async function attemptFlush(ctx: FlushContext, batch: readonly Submission
     }
     throw error;
   }
+}
+
+/**
+ * The commands to decide, each as submitted but for an ExpireLeases on streams that this
+ * transaction reads fine while a reader's quarantine row of them is still there: they have just
+ * come out of quarantine (the sweeper's re-check, which ends it and records its grace, comes at
+ * its next sweep), so their leases get their grace from now. The sweeper read its candidates and
+ * the quarantines before the stream was fixed and the flush after: without this, a lease expired
+ * a few ms after the fix, before its worker's result (held back by the quarantine) landed, and the
+ * completed job ran again (the model checker, seeds 100045, 100105, 100480).
+ */
+async function graced(tx: WriteTransaction, going: readonly Submission[], broken: ReadonlyMap<string, unknown>, ctx: FlushContext): Promise<(item: KeyCommand) => Command> {
+  const expiring = going.flatMap((s) => s.items).filter((i) => i.command.type === 'ExpireLeases');
+  if (expiring.length === 0) return (item) => item.command;
+  const streams = [...new Set(expiring.flatMap((i) => ctx.streamsOf(i)))].filter((stream) => !broken.has(stream));
+  const ended = await tx.quarantined(streams);
+  if (ended.size === 0) return (item) => item.command;
+  const now = ctx.clock();
+  return (item) => {
+    const { command } = item;
+    if (command.type !== 'ExpireLeases') return command;
+    const mine = ctx.streamsOf(item).filter((stream) => ended.has(stream));
+    return mine.length === 0 ? command : { ...command, streamGrace: { ...command.streamGrace, ...Object.fromEntries(mine.map((stream) => [stream, now])) } };
+  };
 }
 
 /** A stream the flush could not bring up to date: its commands fail, its messages wait, the rest of the flush goes on. */

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import * as E from 'fp-ts/lib/Either.js';
+import type { Command } from '../domain/commands.js';
 import { decideAcross, type FillLater } from '../domain/decide/index.js';
 import type { DomainError } from '../domain/errors.js';
 import type { KeyEvent } from '../domain/events.js';
@@ -71,11 +72,12 @@ export class FlushDecisions {
   };
 
   /**
-   * Decides `item` on every stream it touches. A decision that needs a stream the flush has not
+   * Decides `item` on every stream it touches (as `command`, when the flush knows more than its
+   * submitter: see flush-attempt.ts's graced). A decision that needs a stream the flush has not
    * got calls `missing` (which throws: the flush runs again), or throws why that stream cannot be read.
    */
-  decide(item: KeyCommand, missing: (streams: readonly string[]) => never): void {
-    const outcome = decideAcross(item.command, item.stream, this.scratchOf, this.options.now);
+  decide(item: KeyCommand, missing: (streams: readonly string[]) => never, command: Command = item.command): void {
+    const outcome = decideAcross(command, item.stream, this.scratchOf, this.options.now);
     if (outcome.tag === 'needs') {
       const unreadable = outcome.streams.find((stream) => this.options.broken.has(stream));
       if (unreadable !== undefined) throw new UnreadableStream(unreadable, this.options.broken.get(unreadable));

@@ -1,5 +1,6 @@
 import { reconnectDelayMs } from '../domain/backoff.js';
 import { DuplicateEventIdError } from '../domain/ports/event-store.js';
+import { EventDecodeError } from '../domain/recorded.js';
 import { StaleStateError, TransientWriteError } from '../domain/ports/ledger-store.js';
 import { attemptFlush } from './flush-attempt.js';
 import { StreamsMissing, SubmissionRefused, SubmissionUnreadable, sleep, submissionStreams, type FlushContext, type Read, type Submission } from './flush-context.js';
@@ -74,6 +75,7 @@ export async function runFlush(ctx: FlushContext, batch: Submission[], reads: Re
       if (error instanceof SubmissionUnreadable) {
         // The others go again without it; it fails with why its stream cannot be read (a worker keeps its result and tries again).
         error.submission.reject(error.cause);
+        if (error.cause instanceof EventDecodeError) await recordQuarantine(ctx, error.cause);
         batch = batch.filter((s) => s !== error.submission);
         if (batch.length === 0 && reads.length === 0) return;
         continue;
@@ -108,3 +110,22 @@ export async function runFlush(ctx: FlushContext, batch: Submission[], reads: Re
 /** Whether the submission's last attempt gave one of its events this id (whose event id was a duplicate). */
 const produces = (ctx: FlushContext, s: Submission, eventId: string | undefined): boolean =>
   eventId !== undefined && s.items.some((item) => ctx.lastIds.get(item)?.includes(eventId));
+
+/**
+ * Records the writer's quarantine of a stream that only a failed submission's decision needed (a
+ * limit key its Complete releases): the attempt that found it rolled back, and the flush may go on
+ * without touching the stream again, so nothing else would record it. Without the record the
+ * sweeper never sees the quarantine end, and the leases it held back get no grace (the model
+ * checker, seed 100210). Its own transaction; a failure here is logged, the flush goes on.
+ */
+async function recordQuarantine(ctx: FlushContext, error: EventDecodeError): Promise<void> {
+  try {
+    const tx = await ctx.store.begin();
+    await tx.commit({ appends: [], quarantine: [error] }).catch(async (failure: unknown) => {
+      await tx.rollback();
+      throw failure;
+    });
+  } catch (failure) {
+    ctx.log.warn({ err: failure, stream: error.stream }, 'recording a quarantine failed; a later flush that reads the stream records it');
+  }
+}

@@ -104,10 +104,13 @@ export const Yield = withOptional(command('Yield', { jobId: Id, leaseId: Id }), 
 export const Stopped = command('Stopped', { jobId: Id, leaseId: Id, jitter: Jitter });
 /**
  * Reclaims every holder of the key whose lease has run out by `now`. `graceFrom` (epoch ms): its
- * workers could not renew before then (the database was away, the key's stream could not be
- * read): no lease runs out sooner than one lease length after it (issue 21, item 7).
+ * workers could not renew before then (the database was away): no lease runs out sooner than one
+ * lease length after it (issue 21, item 7). `streamGrace`: when each of these streams could be read
+ * again after a quarantine (epoch ms): a holder's lease gets one lease length from that of its own
+ * stream and of each of its further limit keys, since its result (which releases it on all of
+ * them) could not be recorded before.
  */
-export const ExpireLeases = withOptional(command('ExpireLeases', { jitter: Jitter }), { graceFrom: Time });
+export const ExpireLeases = withOptional(command('ExpireLeases', { jitter: Jitter }), { graceFrom: Time, streamGrace: t.record(t.string, Time) });
 export const SetLimit = withOptional(command('SetLimit', { limit: Limit, by: By }), { leaseMs: LeaseMs });
 /**
  * A process's configuration names the key's limit (a queue's cap): recorded if the key has none

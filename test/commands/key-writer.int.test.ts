@@ -94,6 +94,7 @@ class Transactions implements LedgerStore {
     };
     return {
       read: (reads) => tx.read(reads).catch(failed),
+      quarantined: (streams) => tx.quarantined(streams).catch(failed),
       lock: async (requests) => {
         const locked = await tx.lock(requests).catch(failed);
         this.locks.push([...locked.values()]);

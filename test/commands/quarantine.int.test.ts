@@ -203,4 +203,47 @@ describe('issue 21 #3: a quarantined limit key', () => {
     const completed = await ledger.execute(keyStream('q3c'), { type: 'Complete', jobId: 'q3c-holder', leaseId });
     expect(E.isRight(completed)).toBe(true);
   });
+  it('regression (the model checker, seeds 100045, 100105, 100480: a completed job ran again): a sweep that read its candidates before the fix, and expires after it, gives the lease its grace from the flush that reads the stream fine again', async () => {
+    await ledger.enqueue({ name: 'work', key: 'q3d', limit: 1, jobId: 'q3d-holder', leaseMs: 5_000 });
+    const leaseId = (await ledger.keyState('q3d')).state.jobs['q3d-holder']!.lease!.leaseId;
+    expect(E.isRight(await ledger.execute(keyStream('q3d'), { type: 'Start', jobId: 'q3d-holder', leaseId, workerId: 'w' }))).toBe(true);
+    const placed = await appendByHand(db.pool, keyStream('q3d'), 'an unknown type');
+    // The worker's result cannot be recorded (the key does not decode), and the writer records the quarantine.
+    await expect(ledger.execute(keyStream('q3d'), { type: 'Complete', jobId: 'q3d-holder', leaseId })).rejects.toMatchObject(namesPlace(placed));
+    expect((await quarantineRows(db.pool, WRITER)).map((q) => q.stream)).toContain(keyStream('q3d'));
+    now += 60_000;
+    // The sweep read the quarantines (still broken: no grace) and its candidates; the stream is fixed; then its ExpireLeases is decided.
+    await fixByHand(db.pool, placed);
+    const expired = await ledger.execute(keyStream('q3d'), { type: 'ExpireLeases', jitter: 0.5 });
+    expect(E.isRight(expired) && expired.right.events).toEqual([]);
+    expect((await ledger.keyState('q3d')).state.jobs['q3d-holder']?.lease?.leaseId).toBe(leaseId);
+    // Its result lands within the grace.
+    now += 1_000;
+    expect(E.isRight(await ledger.execute(keyStream('q3d'), { type: 'Complete', jobId: 'q3d-holder', leaseId }))).toBe(true);
+  });
+
+  it('regression (the model checker, seeds 100210, 100239: a completed job ran again): a lease whose job is under a limit key that was quarantined gets one whole lease from the end of that quarantine, though its own key never was', async () => {
+    await ledger.enqueue({ name: 'work', key: 'q3e', limit: 1, jobId: 'q3e-holder', leaseMs: 5_000, limits: [{ key: 'q3e-cap', limit: 2 }] });
+    const leaseId = (await ledger.keyState('q3e')).state.jobs['q3e-holder']!.lease!.leaseId;
+    expect(E.isRight(await ledger.execute(keyStream('q3e'), { type: 'Start', jobId: 'q3e-holder', leaseId, workerId: 'w' }))).toBe(true);
+    const placed = await appendByHand(db.pool, keyStream('q3e-cap'), 'an unknown type');
+    // The result releases the cap's slot too: it cannot be recorded while the cap does not decode.
+    await expect(ledger.execute(keyStream('q3e'), { type: 'Complete', jobId: 'q3e-holder', leaseId })).rejects.toMatchObject(namesPlace(placed));
+    const sweeper = new Sweeper(ledger, db.pool, silentLogger, { clock: () => now, random: () => 0.5 });
+    now += 60_000;
+    await fixByHand(db.pool, placed);
+    // The quarantine was recorded though nothing but the failed Complete read the cap.
+    expect((await sweeper.sweep()).unquarantined).toContain(keyStream('q3e-cap'));
+    now += 1_000;
+    await sweeper.sweep();
+    expect((await ledger.keyState('q3e')).state.jobs['q3e-holder']?.lease?.leaseId).toBe(leaseId);
+    expect(E.isRight(await ledger.execute(keyStream('q3e'), { type: 'Complete', jobId: 'q3e-holder', leaseId }))).toBe(true);
+    // A lease past its grace does expire: the grace bounds the wait, it does not pin the slot.
+    await ledger.enqueue({ name: 'work', key: 'q3e', jobId: 'q3e-next', leaseMs: 5_000, limits: [{ key: 'q3e-cap', limit: 2 }] });
+    const next = (await ledger.keyState('q3e')).state.jobs['q3e-next']!.lease!.leaseId;
+    expect(E.isRight(await ledger.execute(keyStream('q3e'), { type: 'Start', jobId: 'q3e-next', leaseId: next, workerId: 'w' }))).toBe(true);
+    now += 60_000;
+    await sweeper.sweep();
+    expect((await ledger.keyState('q3e')).state.jobs['q3e-next']?.lease?.leaseId).not.toBe(next);
+  });
 });

@@ -367,6 +367,21 @@ describe('ExpireLeases', () => {
   it('leaves live leases alone', () => {
     given(...aRunningBParked).when({ type: 'ExpireLeases', jitter: 0 }, T0 + LEASE).thenNothing();
   });
+
+  it('issue 21 #7: no lease runs out sooner than one lease after an outage (graceFrom), or after the quarantine of its stream or of a limit key of its job (streamGrace); a grace of another stream holds nothing', () => {
+    const at = T0 + SEC + 10 * LEASE;
+    const back = at - LEASE / 2;
+    given(...aRunningBParked).when({ type: 'ExpireLeases', jitter: 0, graceFrom: back }, at).thenNothing();
+    // Its own stream's quarantine (decide() decides on the stream named '').
+    given(...aRunningBParked).when({ type: 'ExpireLeases', jitter: 0, streamGrace: { '': back } }, at).thenNothing();
+    // A job under a further limit: its result releases that key's slot too, so that key's quarantine held it back as well.
+    const capped = job('a', { limits: [{ key: 'cap' }] });
+    const history = [limitSet(1), enqueued(capped), acquired('a', 'a:1'), started('a', 'a:1', T0 + SEC)];
+    given(...history).when({ type: 'ExpireLeases', jitter: 0, streamGrace: { 'key:cap': back } }, at).thenNothing();
+    given(...history)
+      .when({ type: 'ExpireLeases', jitter: 0, streamGrace: { 'key:other': back, 'key:cap': at - 2 * LEASE } }, at)
+      .then(expired('a', 'a:1', T0 + SEC + LEASE, at), released('a', 'a:1', 'expired', at), scheduled('a', at + 500, at));
+  });
 });
 
 describe('the dispatch message follows its lease (issue 9: the archive is part of the append)', () => {

@@ -206,9 +206,17 @@ const rejections = (ledger: readonly Recorded[]): Violation[] => {
     const homeWriters = ledger.filter((r) => r.stream === rejected.stream && r.xid !== rejected.xid);
     const before = new Set(homeWriters.filter((r) => r.revision < rejected.revision).map((r) => r.xid));
     const after = new Set(homeWriters.filter((r) => r.revision > rejected.revision).map((r) => r.xid));
+    // Within the rejecting transaction, decisions run in submission order, and its appends are
+    // written stream by stream: global positions do not say which of its limit events were decided
+    // before the rejection (seed 100475: j6, enqueued just before j7 in the same flush, took the
+    // cap's last slot; its LimitHeld was written after j7's JobRejected, on the cap's stream). Known
+    // before: those of a job whose events on the rejected job's own stream precede the rejection.
+    // The transaction's other limit events may have come before or after: they stay in the window.
+    const decidedBefore = new Set(ledger.filter((r) => r.xid === rejected.xid && r.stream === rejected.stream && r.revision < rejected.revision && 'jobId' in r.event.data).map((r) => (r.event.data as { jobId: string }).jobId));
+    const before_ = (r: Recorded) => before.has(r.xid) || (r.xid === rejected.xid && 'jobId' in r.event.data && decidedBefore.has((r.event.data as { jobId: string }).jobId));
     const roomAlways = (stream: string): boolean => {
-      const events = ledger.filter((r) => r.stream === stream && !(r.xid === rejected.xid && r.position > rejected.position)).sort((a, b) => a.revision - b.revision);
-      const lo = Math.max(-1, ...events.filter((r) => before.has(r.xid) || (r.xid === rejected.xid && r.position < rejected.position)).map((r) => r.revision));
+      const events = ledger.filter((r) => r.stream === stream && !(r.xid === rejected.xid && 'jobId' in r.event.data && (r.event.data as { jobId: string }).jobId === jobId)).sort((a, b) => a.revision - b.revision);
+      const lo = Math.max(-1, ...events.filter(before_).map((r) => r.revision));
       const hi = Math.min(Infinity, ...events.filter((r) => after.has(r.xid)).map((r) => r.revision - 1));
       // The limit as of each revision in the window [lo, hi]: room at every one of them?
       let state = fold(initialKeyState, events.filter((r) => r.revision <= lo).map((r) => r.event));

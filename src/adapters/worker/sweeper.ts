@@ -141,13 +141,14 @@ export class Sweeper {
       return streams;
     };
     const [expired, due, stranded] = [of('expired'), of('due'), of('stranded')];
-    const quarantineEnded = expired.length === 0 ? new Map<string, number>() : new Map((await this.pool.query<{ stream: string; since_ms: number }>(LEASE_GRACE_SQL, [expired])).rows.map((r) => [r.stream, r.since_ms]));
-    const graceFrom = (stream: string) => {
-      const from = Math.max(this.renewableSince, quarantineEnded.get(stream) ?? 0);
-      return from > 0 ? { graceFrom: from } : {};
+    // When each quarantine ended: a lease gets one lease from the end of its own stream's and its limit keys' (the decider picks).
+    const streamGrace = expired.length === 0 ? {} : Object.fromEntries((await this.pool.query<{ stream: string; since_ms: number }>(LEASE_GRACE_SQL)).rows.map((r) => [r.stream, r.since_ms]));
+    const grace = {
+      ...(this.renewableSince > 0 ? { graceFrom: this.renewableSince } : {}),
+      ...(Object.keys(streamGrace).length > 0 ? { streamGrace } : {}),
     };
     const commands: KeyCommand[] = [
-      ...expired.map((stream) => ({ stream, command: { type: 'ExpireLeases', jitter: random(), ...graceFrom(stream) } as const, metadata: { by: 'sweeper' } })),
+      ...expired.map((stream) => ({ stream, command: { type: 'ExpireLeases', jitter: random(), ...grace } as const, metadata: { by: 'sweeper' } })),
       ...due.map((stream) => ({ stream, command: { type: 'AdmitDue' } as const, metadata: { by: 'sweeper' } })),
       ...stranded.map((stream) => ({ stream, command: { type: 'FillSlots' } as const, metadata: { by: 'sweeper' } })),
     ];

@@ -346,7 +346,10 @@ export class Worker {
             return;
           }
           if (attempt === 1 && !this.deps.outages.failed(error)) log.error({ err: error, outcome: finish.kind }, 'recording the result failed; trying again until it is recorded');
-          await new Promise((resolve) => setTimeout(resolve, Math.min(5_000, 100 * 2 ** Math.min(attempt, 6))));
+          // Never more than a quarter lease apart: once what held the result back is gone (an outage, a
+          // quarantine), the lease's grace is one lease long, and the result must land inside it (the
+          // model checker, seed 100210: retried 1.6 s apart, the result of a 3 s lease came too late).
+          await new Promise((resolve) => setTimeout(resolve, Math.min(5_000, run.leaseMs / 4, 100 * 2 ** Math.min(attempt, 6))));
         }
       }
     } finally {

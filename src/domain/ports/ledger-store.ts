@@ -109,6 +109,8 @@ export interface WriteTransaction {
   lock(requests: readonly LockRequest[]): Promise<ReadonlyMap<string, LockedStream>>;
   commit(commit: Commit): Promise<Committed>;
   rollback(): Promise<void>;
+  /** Which of these streams a reader recorded as quarantined (jl_quarantined), as this transaction sees it now. */
+  quarantined(streams: readonly string[]): Promise<ReadonlySet<string>>;
 }
 
 /** An event written by a commit whose outcome is unknown, to look it up by. */

@@ -143,3 +143,9 @@ WHERE snapshots.revision < excluded.revision`;
 
 // One notification per transaction, whatever it wrote: a subscriber reads from its position anyway.
 export const NOTIFY_EVENTS_SQL = `SELECT pg_notify('${EVENTS_CHANNEL}', '')`;
+
+// The streams of $1 some reader recorded as quarantined (jl_quarantined, by its primary key). A
+// flush that expires leases asks: a stream it reads fine while its row is still there has just
+// come out of its quarantine (the sweeper's re-check, which ends it, has not run yet), and its
+// leases get their grace from now (ExpireLeases streamGrace).
+export const QUARANTINED_SQL = `SELECT DISTINCT stream FROM jl_quarantined WHERE stream = ANY($1::text[])`;

@@ -28,7 +28,7 @@ import { WRITER, quarantineOf, recordQuarantines, type Quarantine } from '../../
 import { projectAll, statementName } from '../../../projections/apply.js';
 import { claimStatement } from '../../queue/job-queue.js';
 import { toRecordedEvent, type EventRow } from './event-rows.js';
-import { BEGIN_SQL, DELTAS_SQL, LOCK_SQL, NOTIFY_EVENTS_SQL, READ_CHECK_SQL, SAVE_SNAPSHOTS_SQL, SNAPSHOTS_SQL, WRITE_FLUSH_SQL, WRITE_RETURNING_SQL, type LockRow, type WireEvent } from './stream-sql.js';
+import { BEGIN_SQL, DELTAS_SQL, LOCK_SQL, NOTIFY_EVENTS_SQL, QUARANTINED_SQL, READ_CHECK_SQL, SAVE_SNAPSHOTS_SQL, SNAPSHOTS_SQL, WRITE_FLUSH_SQL, WRITE_RETURNING_SQL, type LockRow, type WireEvent } from './stream-sql.js';
 import { isAbortedTransaction, isPgError, mapError, named } from './write-errors.js';
 
 // One transaction of the key writer (src/commands/key-writer.ts), on one pipelining connection,
@@ -192,6 +192,11 @@ export class PgWriteTransaction implements WriteTransaction {
       }
     }
     return { handedOff, positionOf: (stream, revision) => positions.get(`${stream}\u0000${revision}`) };
+  }
+
+  async quarantined(streams: readonly string[]): Promise<ReadonlySet<string>> {
+    const [result] = await this.run([{ text: QUARANTINED_SQL, values: [streams] }]);
+    return new Set((result!.rows as { stream: string }[]).map((r) => r.stream));
   }
 
   async rollback(): Promise<void> {
