@@ -71,21 +71,22 @@ describe('jobledger replay', () => {
     const job = (await db.pool.query<{ job_id: string; status: string }>(`SELECT job_id, status FROM jl_jobs WHERE status <> 'dead' ORDER BY job_id LIMIT 1`)).rows[0]!;
     const parked = (await db.pool.query<{ job_id: string }>(`SELECT job_id FROM jl_parked ORDER BY job_id LIMIT 1`)).rows[0]!;
     await db.pool.query(`UPDATE jl_jobs SET status = 'dead' WHERE job_id = $1`, [job.job_id]);
-    await db.pool.query(`DELETE FROM jl_parked WHERE job_id = $1`, [parked.job_id]);
+    // A parked job's row gone (jl_parked is a view of jl_jobs).
+    await db.pool.query(`DELETE FROM jl_jobs WHERE job_id = $1`, [parked.job_id]);
     const tampered = await snapshot();
 
     const human = await jobledger('replay', '--verify');
     expect(human.code).toBe(1);
     expect(human.stdout).toContain('2 rows differ');
     expect(human.stdout).toMatch(new RegExp(`jl_jobs\\s*│\\s*job_id=${job.job_id}\\s*│\\s*changed: status "dead" \\(ledger: "${job.status}"\\)`));
-    expect(human.stdout).toMatch(new RegExp(`jl_parked\\s*│\\s*job_id=${parked.job_id}\\s*│\\s*missing`));
+    expect(human.stdout).toMatch(new RegExp(`jl_jobs\\s*│\\s*job_id=${parked.job_id}\\s*│\\s*missing`));
     expect(human.stderr).toContain('read_models: 2 rows differ from the ledger');
 
     const json = await jobledger('replay', '--verify', '--json');
     expect(json.code).toBe(1);
     expect(JSON.parse(json.stdout).projections[0].differences).toEqual([
       { table: 'jl_jobs', key: { job_id: job.job_id }, kind: 'changed', columns: [{ column: 'status', live: 'dead', ledger: job.status }] },
-      { table: 'jl_parked', key: { job_id: parked.job_id }, kind: 'missing', columns: [] },
+      { table: 'jl_jobs', key: { job_id: parked.job_id }, kind: 'missing', columns: [] },
     ]);
     expect(await snapshot()).toEqual(tampered); // verify wrote nothing
 
@@ -95,7 +96,7 @@ describe('jobledger replay', () => {
   });
 
   it.each([
-    [['--projection', 'dispatcher'], /--projection: projection dispatcher cannot be rebuilt.*queue messages/],
+    [['--projection', 'dispatcher'], /--projection: projection dispatcher cannot be rebuilt.*notifications/],
     [['--projection', 'dispatcher', '--verify'], /--projection: projection dispatcher cannot be rebuilt/],
     [['--projection', 'nope'], /--projection: unknown projection "nope" \(rebuildable: read_models\)/],
   ])('%j is refused with exit 2 and changes nothing', async (flags, message) => {

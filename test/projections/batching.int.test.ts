@@ -7,6 +7,7 @@ import { fold, initialKeyState } from '../../src/domain/key-state.js';
 import { keyOfStream, type ProjectedEvent } from '../../src/projections/projection.js';
 import { READ_MODEL_TABLES, projectReadModels } from '../../src/projections/read-models.js';
 import { applyStatements } from '../../src/projections/apply.js';
+import { LIVE_ROW_VIEWS_SQL } from '../../src/adapters/postgres/migrations/0015-live-row.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { runScenario, scenarioArb, type Scenario } from '../domain/arbitraries.js';
 import { READ_MODEL_KEYS, prng, readModelView, viewOfState, type KeyView } from './support.js';
@@ -111,8 +112,9 @@ const applied = async (batches: readonly (readonly ProjectedEvent[])[], streams:
   try {
     await client.query(`CREATE SCHEMA ${schema}`);
     for (const table of READ_MODEL_TABLES) await client.query(`CREATE TABLE ${schema}.${table} (LIKE public.${table} INCLUDING ALL)`);
-    // The projection's statements name their tables unqualified: they write the scratch copies.
+    // The projection's statements name their tables unqualified: they write the scratch copies; so do the views read them.
     await client.query(`SELECT set_config('search_path', $1 || ', public', true)`, [schema.replaceAll('"', '')]);
+    await client.query(LIVE_ROW_VIEWS_SQL);
     for (const batch of batches) await applyStatements(client, projectReadModels(batch));
     const rows: Record<string, unknown[]> = {};
     for (const [table, pk] of READ_MODEL_KEYS) rows[table] = (await client.query(`SELECT * FROM ${schema}.${table} ORDER BY ${pk} COLLATE "C"`)).rows;

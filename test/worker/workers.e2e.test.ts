@@ -179,16 +179,19 @@ describe('workers as separate processes', () => {
     expect(Number(later.started_ms)).toBeGreaterThanOrEqual(runAt);
   });
 
-  it('a message redelivered after its visibility lapsed (no heartbeat) and read by a second worker runs once; the slot is released once', async () => {
-    await setup(60_000); // no sweep during the test: only the queue redelivers
-    const key = 'redelivered';
+  it('a running job is claimed by no second worker, even one that starts while the first renews nothing: it runs once; the slot is released once', async () => {
+    await setup(60_000); // no sweep during the test: the lease (10 s) outlives the handler
+    const key = 'claimed-once';
     await ledger.enqueue({ name: 'sleep', args: { ms: 2_500 }, key, limit: 1, leaseMs: 10_000, jobId: 'once' });
     await ledger.enqueue({ name: 'sleep', args: { ms: 10 }, key, limit: 1, leaseMs: 10_000, jobId: 'after' });
-    startWorker('--concurrency', '1', '--visibility', '1s', '--no-heartbeat');
+    startWorker('--concurrency', '1', '--no-heartbeat');
     await until(runs, (r) => r.length === 1, 'the first run');
-    startWorker('--concurrency', '1', '--visibility', '1s', '--no-heartbeat');
+    startWorker('--concurrency', '1', '--no-heartbeat');
     const all = await until(runs, (r) => r.filter((x) => x.outcome === 'completed').length >= 2, 'both jobs');
     expect(all.filter((r) => r.job_id === 'once')).toHaveLength(1);
+    // The key's next job started only once the first had ended: the limit held across the two processes.
+    const [once, after] = ['once', 'after'].map((id) => all.find((r) => r.job_id === id)!);
+    expect(Number(after!.started_ms)).toBeGreaterThanOrEqual(Number(once!.ended_ms));
     const events = await eventsOf(key);
     const released = events.filter((e) => e.type === 'SlotReleased').map((e) => e.data.leaseId);
     expect(new Set(released).size).toBe(released.length);

@@ -19,6 +19,22 @@ import type { Migration } from './migration.js';
 //
 // Upgrading MUST stop every process of an older release first: such a process would write the
 // old tables and read the old queue (README, "Upgrading").
+/**
+ * The views jl_slots and jl_parked over jl_jobs, their tables unqualified: a scratch copy of the
+ * read models (a test's, in a schema first on the search path) gets them over its own jl_jobs.
+ */
+export const LIVE_ROW_VIEWS_SQL = /* sql */ `
+CREATE VIEW jl_slots AS
+SELECT job_id, stream, key, lease_id, how, acquired_at, expires_at,
+       CASE WHEN status = 'running' THEN worker_id END AS worker_id,
+       CASE WHEN status = 'running' THEN started_at END AS started_at,
+       CASE WHEN status = 'running' THEN attempts END AS attempt,
+       revoked_by, revoked_at, revoke_cancels
+FROM jl_jobs WHERE status IN ('holding', 'running');
+CREATE VIEW jl_parked AS
+SELECT job_id, stream, key, priority, park_seq AS seq, parked_at
+FROM jl_jobs WHERE status = 'parked';`;
+
 export const liveRow: Migration = {
   version: 15,
   name: 'live-row',
@@ -84,13 +100,7 @@ CREATE INDEX jl_jobs_parked ON jl_jobs (stream, priority, park_seq) WHERE status
 COMMENT ON INDEX jl_jobs_parked IS
   'The line of one key (jl_parked by stream), in promotion order: the key view, counts for jl_key_stats.';
 
-CREATE VIEW jl_slots AS
-SELECT job_id, stream, key, lease_id, how, acquired_at, expires_at,
-       CASE WHEN status = 'running' THEN worker_id END AS worker_id,
-       CASE WHEN status = 'running' THEN started_at END AS started_at,
-       CASE WHEN status = 'running' THEN attempts END AS attempt,
-       revoked_by, revoked_at, revoke_cancels
-FROM jl_jobs WHERE status IN ('holding', 'running');
+${LIVE_ROW_VIEWS_SQL}
 COMMENT ON VIEW jl_slots IS
   'The slots held now, one per holder (admitted or running): the jobs whose jl_jobs row holds a lease. Its predicate is jl_jobs_holders''s, so a read by stream uses that index.';
 COMMENT ON COLUMN jl_slots.job_id IS 'The holder (jl_jobs.job_id).';
@@ -107,9 +117,6 @@ COMMENT ON COLUMN jl_slots.revoked_by IS 'jl_jobs.revoked_by.';
 COMMENT ON COLUMN jl_slots.revoked_at IS 'jl_jobs.revoked_at.';
 COMMENT ON COLUMN jl_slots.revoke_cancels IS 'jl_jobs.revoke_cancels.';
 
-CREATE VIEW jl_parked AS
-SELECT job_id, stream, key, priority, park_seq AS seq, parked_at
-FROM jl_jobs WHERE status = 'parked';
 COMMENT ON VIEW jl_parked IS
   'The parked jobs, waiting for a slot of their key (and of every further limit): the jobs whose jl_jobs row is parked. Promotion order is (priority, seq); its predicate is jl_jobs_parked''s.';
 COMMENT ON COLUMN jl_parked.job_id IS 'The parked job.';
