@@ -3,7 +3,7 @@ export { createLedger, Ledger, type LedgerOptions, type ProjectionMode } from '.
 export { LedgerReader, type LedgerReaderOptions } from './adapters/ledger-reader.js';
 export { createHttpServer, type HttpServerOptions } from './adapters/http/server.js';
 export { PostgresEventStore } from './adapters/eventstore/postgres/postgres-event-store.js';
-export { migrate } from './adapters/postgres/migrations.js';
+export { SchemaNewerError, migrate } from './adapters/postgres/migrations.js';
 export type { EnqueueInput, Enqueued, EnqueueStatus } from './commands/enqueue.js';
 export type { CommandResult, KeyCommand } from './commands/key-command.js';
 export { ConflictRetriesExhaustedError } from './commands/key-writer-options.js';

@@ -39,6 +39,10 @@ export const migrate = (pool: pg.Pool): Promise<void> =>
       )`);
     const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
     const applied = new Set(rows.map((row) => row.version));
+    // A schema a newer release migrated: this code would write tables it no longer knows (migration 15 replaced jl_slots, jl_parked and the queue tables).
+    const known = migrations.at(-1)!.version;
+    const newest = Math.max(0, ...applied);
+    if (newest > known) throw new SchemaNewerError(newest, known);
     for (const migration of migrations) {
       if (applied.has(migration.version)) continue;
       await client.query(migration.sql);
@@ -48,3 +52,14 @@ export const migrate = (pool: pg.Pool): Promise<void> =>
       ]);
     }
   });
+
+/** The database's schema is newer than this release's: an older process must not write it (stop the old release before starting a new one; README, "Upgrading"). */
+export class SchemaNewerError extends Error {
+  override readonly name = 'SchemaNewerError';
+  constructor(
+    readonly databaseVersion: number,
+    readonly knownVersion: number,
+  ) {
+    super(`the database's schema is at version ${databaseVersion}, newer than this release of jobledger knows (${knownVersion}): run the release that migrated it, or a newer one`);
+  }
+}

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { migrate, migrations } from '../../../src/adapters/postgres/migrations.js';
+import { SchemaNewerError, migrate, migrations } from '../../../src/adapters/postgres/migrations.js';
 import { createTestDatabase, type TestDatabase } from '../../support/database.js';
 
 describe('migrate', () => {
@@ -55,6 +55,18 @@ describe('migrate', () => {
       `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('events', 'streams', 'snapshots')`,
     );
     expect(rows[0]!.n).toBe(3);
+  });
+
+  it('refuses a database a newer release migrated (SchemaNewerError, both versions named), writing nothing: an older process must not write tables it no longer knows', async () => {
+    const pool = poolFor(await database());
+    await migrate(pool);
+    const newer = migrations.at(-1)!.version + 1;
+    await pool.query(`INSERT INTO schema_migrations (version, name) VALUES ($1, 'from-the-future')`, [newer]);
+    const before = await pool.query('SELECT * FROM schema_migrations ORDER BY version');
+    const error = await migrate(pool).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(SchemaNewerError);
+    expect(error).toMatchObject({ databaseVersion: newer, knownVersion: newer - 1, message: expect.stringContaining(`version ${newer}`) });
+    expect((await pool.query('SELECT * FROM schema_migrations ORDER BY version')).rows).toEqual(before.rows);
   });
 
   it('leaves the database as it was when a migration fails', async () => {
