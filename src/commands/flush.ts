@@ -74,8 +74,9 @@ export async function runFlush(ctx: FlushContext, batch: Submission[], reads: Re
       }
       if (error instanceof SubmissionUnreadable) {
         // The others go again without it; it fails with why its stream cannot be read (a worker keeps its result and tries again).
-        error.submission.reject(error.cause);
+        // The quarantine is recorded first: whoever learns of the failure finds it recorded.
         if (error.cause instanceof EventDecodeError) await recordQuarantine(ctx, error.cause);
+        error.submission.reject(error.cause);
         batch = batch.filter((s) => s !== error.submission);
         if (batch.length === 0 && reads.length === 0) return;
         continue;
