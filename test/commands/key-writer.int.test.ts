@@ -911,7 +911,7 @@ describe('a failure is pinned on the submission that caused it', () => {
     right(await w.writer.execute(good, enqueueCmd('undecodable-beside-1')));
     // An event no decoder takes, written by SQL behind the writer's back (its cache still says revision 2).
     await db.pool.query(
-      `WITH e AS (INSERT INTO events (stream, stream_revision, type, data, event_id) VALUES ($1, 3, 'SlotAcquired', '{"jobId": "x", "leaseId": 42, "at": 1}', gen_random_uuid()))
+      `WITH e AS (INSERT INTO appends (stream, revision, types, ids, data) VALUES ($1, 3, ARRAY['SlotAcquired'], ARRAY[gen_random_uuid()], '[{"jobId": "x", "leaseId": 42, "at": 1}]'))
        UPDATE streams SET revision = 3, transaction_id = pg_current_xact_id() WHERE stream = $1`,
       [bad],
     );

@@ -30,8 +30,12 @@ describe('migrate', () => {
       (row) => row.version,
     );
 
+  // Version 15 belongs to issue 22's live row, written on another branch beside this one's 16: remove it from here when both are in.
+  const RESERVED = [15];
+
   it('lists migrations with increasing versions from 1 and distinct names', () => {
-    expect(migrations.map((m) => m.version)).toEqual(migrations.map((_, i) => i + 1));
+    const expected = Array.from({ length: migrations.length + RESERVED.length }, (_, i) => i + 1).filter((v) => !RESERVED.includes(v));
+    expect(migrations.map((m) => m.version)).toEqual(expected);
     expect(new Set(migrations.map((m) => m.name)).size).toBe(migrations.length);
   });
 
@@ -52,7 +56,7 @@ describe('migrate', () => {
     await Promise.all(pools.map((pool) => migrate(pool)));
     expect(await appliedVersions(pools[0]!)).toEqual(migrations.map((m) => m.version));
     const { rows } = await pools[0]!.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('events', 'streams', 'snapshots')`,
+      `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('appends', 'streams', 'snapshots')`,
     );
     expect(rows[0]!.n).toBe(3);
   });
@@ -85,8 +89,8 @@ describe('migrate', () => {
     // The check above must have looked at the whole schema, not at an empty one.
     const { rows: found } = await pool.query<{ relname: string }>(`WITH r AS (${relations}) SELECT relname FROM r ORDER BY relname`);
     expect(found.map((r) => r.relname)).toEqual([
-      'events', 'events_archive', 'jl_jobs', 'jl_key_stats', 'jl_keys', 'jl_lease_grace', 'jl_limit_jobs', 'jl_parked', 'jl_quarantined', 'jl_slots', 'ledger_events', 'ledger_settings', 'projection_checkpoints',
-      'queue_archive', 'queue_messages', 'queue_send_counts', 'queues', 'snapshots', 'streams', 'workers',
+      'appends', 'appends_archive', 'events', 'events_archive', 'jl_jobs', 'jl_key_stats', 'jl_keys', 'jl_lease_grace', 'jl_limit_jobs', 'jl_parked', 'jl_quarantined', 'jl_slots', 'ledger_appends', 'ledger_events', 'ledger_settings', 'projection_checkpoints',
+      'queue_archive', 'queue_messages', 'queue_send_counts', 'queues', 'snapshots', 'streams', 'unique_event_ids', 'workers',
     ]);
   });
 });
