@@ -38,6 +38,13 @@ export interface RowEvents {
   readonly metadatas: readonly JsonObject[] | null;
 }
 
+/**
+ * SQL: the rows of `stream` in `table` (aliased `alias`) that hold revision `from` and later: from
+ * the one holding `from`, whose first revision may be before it (an index probe, then a range).
+ */
+export const rowsFrom = (table: string, alias: string, stream: string, from: string): string =>
+  `${alias}.stream = ${stream} AND ${alias}.revision >= coalesce((SELECT max(x.revision) FROM ${table} x WHERE x.stream = ${stream} AND x.revision <= ${from}), ${from})`;
+
 export interface LedgerRow extends RowEvents {
   // int8 arrives as a string unless the application changed pg's type parsers; BigInt() and
   // Number() take either.

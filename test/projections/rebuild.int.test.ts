@@ -68,6 +68,8 @@ describe('rebuild', () => {
   });
 
   it('replays whole transactions: no batch ends inside one, and each has at least batchSize rows (appends, each of one event or more) but the last', async () => {
+    // A transaction of more rows than a batch holds: one enqueue over five keys is one flush, a row per key.
+    await ledger.enqueueMany(['rb:w1', 'rb:w2', 'rb:w3', 'rb:w4', 'rb:w5'].map((key) => ({ name: 'wide', key })));
     const client = await db.pool.connect();
     try {
       await client.query('BEGIN');

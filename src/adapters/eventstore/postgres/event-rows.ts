@@ -1,5 +1,5 @@
 import type { GlobalPosition, RecordedEvent } from '../../../domain/ports/event-store.js';
-import { eventsOfRow, rowColumns, rowOfPrepare, type LedgerRow } from '../../../projections/ledger-rows.js';
+import { eventsOfRow, rowColumns, rowOfPrepare, rowsFrom, type LedgerRow } from '../../../projections/ledger-rows.js';
 
 /** Channel notified at the commit of each transaction that appended (the payload is empty: a subscriber reads from its position). */
 export const EVENTS_CHANNEL = 'jobledger_events';
@@ -8,8 +8,7 @@ export const EVENTS_CHANNEL = 'jobledger_events';
 // (ledger_appends: live and archived), each found by an index condition, expanded into events
 // here. The rows of a stream from a revision start with the one that holds it (revision <= it).
 
-const fromRevision = (stream: string, from: string): string =>
-  `a.stream = ${stream} AND a.revision >= coalesce((SELECT max(x.revision) FROM ledger_appends x WHERE x.stream = ${stream} AND x.revision <= ${from}), ${from})`;
+const fromRevision = (stream: string, from: string): string => rowsFrom('ledger_appends', 'a', stream, from);
 
 // $1 stream, $2 first revision, $3 rows at most (NULL: all): each row holds one event or more.
 export const READ_STREAM_SQL = `SELECT ${rowColumns('a')} FROM ledger_appends a WHERE ${fromRevision('$1', '$2')} ORDER BY a.revision LIMIT $3`;

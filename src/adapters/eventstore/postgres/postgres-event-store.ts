@@ -110,7 +110,7 @@ export class PostgresEventStore implements EventStore, LedgerStore {
           const actual = at.get(append.stream)!;
           if (append.expected !== 'any' && append.expected !== actual) throw new WrongExpectedRevisionError(append.stream, append.expected, actual);
           const entry = merged.get(append.stream) ?? { stream: append.stream, expected: actual, events: [] };
-          entry.events.push(...append.events);
+          for (const e of append.events) entry.events.push(e);
           merged.set(append.stream, entry);
           at.set(append.stream, (actual === 'no_stream' ? -1 : actual) + append.events.length);
         }

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { JsonObject } from '../../../domain/ports/event-store.js';
 import type { DecidedAppend } from '../../../domain/ports/ledger-store.js';
 import { upcasters } from '../../../domain/upcasters.js';
-import { MAX_ROW_EVENTS, rowColumns, type RowEvents } from '../../../projections/ledger-rows.js';
+import { MAX_ROW_EVENTS, rowColumns, rowsFrom, type RowEvents } from '../../../projections/ledger-rows.js';
 import { EVENTS_CHANNEL } from './event-rows.js';
 
 // The statements of a write transaction (./write-transaction.ts) on the event store's tables
@@ -45,10 +45,6 @@ const jobHead = (stream: string, when: string): string => `
     (SELECT a.last_revision, a.transaction_id FROM appends_archive a WHERE ${when} AND a.stream = ${stream} ORDER BY a.revision DESC LIMIT 1)
     LIMIT 1) h`;
 
-/** The rows of `table` holding revision `from` and later of `stream`: from the one that holds `from` (a row's first revision may be before it). */
-const fromRevision = (table: string, alias: string, stream: string, from: string): string =>
-  `${alias}.stream = ${stream} AND ${alias}.revision >= coalesce((SELECT max(x.revision) FROM ${table} x WHERE x.stream = ${stream} AND x.revision <= ${from}), ${from})`;
-
 /**
  * The rows of a stream holding revisions after `after`, live and archived, in order. The archive
  * is read only where it may hold some (a one-time filter the planner checks before touching it):
@@ -58,11 +54,11 @@ const fromRevision = (table: string, alias: string, stream: string, from: string
  * flush on a stream its writer holds reads no row at all, and never the archive.
  */
 const rowsAfter = (s: { stream: string; after: string; archived: string; job: string; when: string }): string => `
-  SELECT ${rowColumns('r')} FROM appends r WHERE ${s.when} AND ${fromRevision('appends', 'r', s.stream, `${s.after} + 1`)}
+  SELECT ${rowColumns('r')} FROM appends r WHERE ${s.when} AND ${rowsFrom('appends', 'r', s.stream, `${s.after} + 1`)}
   UNION ALL
   SELECT ${rowColumns('r')} FROM appends_archive r
   WHERE ${s.when} AND (CASE WHEN ${s.job} THEN NOT EXISTS (SELECT FROM appends x WHERE x.stream = ${s.stream} AND x.revision <= ${s.after} + 1) ELSE ${s.archived} > ${s.after} END)
-    AND ${fromRevision('appends_archive', 'r', s.stream, `${s.after} + 1`)}
+    AND ${rowsFrom('appends_archive', 'r', s.stream, `${s.after} + 1`)}
   ORDER BY revision`;
 
 /** A row of LOCK_SQL: a locked stream, and one of its rows (the columns of a LedgerRow: ../../../projections/ledger-rows.ts), all NULL when none came. */
