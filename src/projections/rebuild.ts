@@ -49,7 +49,7 @@ export const lockOut = async (client: pg.ClientBase, tables: readonly string[]):
 };
 
 export interface RebuildOptions {
-  /** Rows of the ledger read and applied per round trip, about (default 20,000; a row is an append of one event or more, and a batch ends with a whole transaction). Larger batches hold more jobs' whole lives, each then one INSERT of its final rows. */
+  /** Events read and applied per round trip, about (default 20,000; a batch ends with a whole transaction). Larger batches hold more jobs' whole lives, each then one INSERT of its final rows. */
   readonly batchSize?: number;
   /** Called after each batch. */
   readonly onProgress?: (progress: { readonly events: number; readonly position: GlobalPosition }) => void;
@@ -155,7 +155,7 @@ export async function replayInto(
     const last = rows.at(-1)!;
     // Rows come in global order, whole transactions; the next batch starts after the last row's last event.
     const after = { commit: BigInt(last.transaction_id_text), prepare: eventPrepare(BigInt(last.position), last.types.length - 1) };
-    const more = rows.length >= batchSize;
+    const more = rows.reduce((n, row) => n + row.types.length, 0) >= batchSize;
     if (more && pipelined) next = read(after);
     const batch: ProjectedEvent[] = [];
     for (const row of rows) projected(row, batch);
@@ -181,11 +181,11 @@ export async function replayInto(
 }
 
 // The rows committed in the rebuild's snapshot after a position ($1, $2: the row of the last
-// event applied; a batch ends with a whole row), `$4` of them and then the rest of the last one's
-// transaction: projections take whole transactions (./projection.ts). Both scans walk
-// appends_global_order (and appends_archive_global_order: ledger_appends is both tables) from the
-// position, so a batch costs its size, not the ledger's. Rows, not events: each row's events are
-// decoded here (one JSON array of data a row, not a row a event).
+// event applied; a batch ends with a whole row), up to the one that brings `$4` events, and then
+// the rest of its transaction: projections take whole transactions (./projection.ts). Both scans
+// walk appends_global_order (and appends_archive_global_order: ledger_appends is both tables) from
+// the position, and the count stops at that row, so a batch costs its size, not the ledger's.
+// Rows, not events: each row's events are decoded here (one JSON array of data a row).
 // No column keeps its name under a cast: ORDER BY would sort by the text (regression: a batch
 // ended at global position 999999 inside a transaction whose 1000000 had sorted first, and the
 // next batch replayed that transaction again). int8 arrives as a string anyway.
@@ -196,6 +196,8 @@ SELECT position, transaction_id::text AS transaction_id_text, stream, revision, 
 FROM ledger_appends
 WHERE ${AFTER}
   AND transaction_id <= coalesce(
-    (SELECT transaction_id FROM ledger_appends WHERE ${AFTER} ORDER BY transaction_id, position OFFSET $4 - 1 LIMIT 1),
+    (SELECT transaction_id FROM (
+       SELECT transaction_id, sum(cardinality(types)) OVER (ORDER BY transaction_id, position) AS events FROM ledger_appends WHERE ${AFTER}
+     ) upto WHERE events >= $4 LIMIT 1),
     '18446744073709551615'::xid8)
 ORDER BY transaction_id, position`;

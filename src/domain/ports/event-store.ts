@@ -15,8 +15,8 @@ export type ExpectedRevision = StreamRevision | 'no_stream' | 'any';
 
 /**
  * Position of an event in the store's global order. Readers order by (commit, prepare):
- * on PostgreSQL commit is the writing transaction's id and prepare the identity column
- * (`events.transaction_id`, `events.global_position`); on EventStoreDB they are its own
+ * on PostgreSQL commit is the writing transaction's id and prepare its row's identity × 2^20 +
+ * its index in the row (`appends.transaction_id`, `appends.position`); on EventStoreDB they are its own
  * commit and prepare positions. Compare positions with `comparePositions`, never by one field.
  */
 export interface GlobalPosition {
