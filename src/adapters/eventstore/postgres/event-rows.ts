@@ -30,17 +30,23 @@ export const eventsFrom = (rows: readonly LedgerRow[], from: number, maxCount?: 
 // there has ended, so no event can still appear before what this returns; above it, one still
 // open (with a smaller id than events already committed) would be skipped by a reader that moved
 // past them. $3: rows at most (NULL: all); $4: a stream prefix.
-const AFTER = (prefix: boolean): string => `(transaction_id, position) >= ($1::xid8, $2::bigint)
+const AFTER = (prefix: boolean, from = '>='): string => `(transaction_id, position) ${from} ($1::xid8, $2::bigint)
          AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
          ${prefix ? 'AND starts_with(stream, $4)' : ''}`;
 
-/** readAll's statement: up to $3 rows, or (`wholeTransactions`) the rows of every transaction up to the one of the ($3 + 1)th. */
+/**
+ * readAll's statement: up to $3 rows (the caller keeps $3 events), or (`wholeTransactions`) the
+ * rows of every transaction up to the one of the row that brings $3 events (counted from the row
+ * after the position's: the rest of that one come on top).
+ */
 export const readAllSql = (prefix: boolean, wholeTransactions: boolean): string =>
   wholeTransactions
     ? `SELECT ${rowColumns('a')} FROM ledger_appends a
        WHERE ${AFTER(prefix)}
          AND transaction_id <= coalesce(
-           (SELECT transaction_id FROM ledger_appends WHERE ${AFTER(prefix)} ORDER BY transaction_id, position OFFSET $3::bigint LIMIT 1),
+           (SELECT transaction_id FROM (
+              SELECT transaction_id, sum(cardinality(types)) OVER (ORDER BY transaction_id, position) AS events FROM ledger_appends WHERE ${AFTER(prefix, '>')}
+            ) upto WHERE events >= $3::bigint LIMIT 1),
            '18446744073709551615'::xid8)
        ORDER BY transaction_id, position`
     : `SELECT ${rowColumns('a')} FROM ledger_appends a WHERE ${AFTER(prefix)} ORDER BY transaction_id, position LIMIT $3::bigint + 1`;
