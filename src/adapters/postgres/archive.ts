@@ -75,7 +75,8 @@ const COUNT_SQL = `WITH doomed AS (SELECT ${ROW_FIGURES} ${DOOMED}) ${MOVED_FIGU
 // step, so no reader (each statement sees one snapshot of both tables) finds an event twice or
 // not at all, and a job stream's writer (which checks its last row in either table) always sees
 // it; streams.archived_revision tells the key writer's lock to read the archive too for a state
-// built from before it (a job stream's lock finds its live rows start later).
+// built from before it (a job stream's lock finds its live rows start later). Guarded by
+// test/adapters/postgres/archive.int.test.ts (no reader's answer changes across the move).
 const MOVE_SQL = `
 WITH doomed AS (SELECT a.stream, a.revision ${DOOMED}),
 moved AS (

@@ -25,9 +25,11 @@ const JOB = 'job:';
 // takes ALL the advisory locks of its job streams first, in the order of their keys, and only
 // then the row locks of its other streams, in name order ("C" collation): two transactions that
 // share streams queue up in one order instead of deadlocking. The keys are sorted, not the names:
-// two names may share a key. ADVISORY_SQL MUST stay a statement of its own before the reads
-// (LOCK_SQL): a statement reads in the snapshot it started with, and only one that starts once
-// the lock is held sees what the stream's previous writer committed.
+// two names may share a key (the keys share their 64-bit space with the leadership locks, named
+// 'jobledger:…'; a clash is a 2^-64 chance). ADVISORY_SQL MUST stay a statement of its own before
+// the reads (LOCK_SQL): a statement reads in the snapshot it started with, and only one that
+// starts once the lock is held sees what the stream's previous writer committed. Guarded by
+// test/adapters/postgres/job-streams.int.test.ts ("issue 22: … no deadlock …", "exactly one wins").
 export const ADVISORY_SQL = `
 SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT hashtextextended(s, 0) AS k FROM unnest($1::text[]) AS s ORDER BY k OFFSET 0) keys`;
 
@@ -177,7 +179,8 @@ export interface WireAppend extends RowEvents {
 //   job stream created here (expected -1) is not locked (see PgWriteTransaction.commit): two
 //   creators both pass the check, and the second fails on appends_pkey at revision 0 (its
 //   archived rows, if any, are seen by the check: archive moves them in one statement).
-// An id that is already recorded fails on unique_event_ids_pkey (DuplicateEventIdError).
+// An id that is already recorded fails on unique_event_ids_pkey (DuplicateEventIdError). Guarded
+// by test/adapters/postgres/job-streams.int.test.ts ("issue 22: …") and test/commands/given-ids.int.test.ts.
 const WRITE_SQL = `
 WITH r AS MATERIALIZED (
   SELECT * FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (stream text, expected bigint, types text[], ids uuid[], data jsonb, metadata jsonb, metadatas jsonb))
