@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { JsonObject } from '../../../domain/ports/event-store.js';
 import type { DecidedAppend } from '../../../domain/ports/ledger-store.js';
+import { JOB_STREAM_PREFIX } from '../../../domain/streams.js';
 import { upcasters } from '../../../domain/upcasters.js';
 import { MAX_ROW_EVENTS, rowColumns, rowsFrom, type RowEvents } from '../../../projections/ledger-rows.js';
 import { EVENTS_CHANNEL } from './event-rows.js';
@@ -19,7 +20,7 @@ export const BEGIN_SQL = `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_c
 
 /** Whether a stream is a job's own: no streams row, an advisory lock. */
 export const isJobStream = (stream: string): boolean => stream.startsWith(JOB);
-const JOB = 'job:';
+const JOB = JOB_STREAM_PREFIX;
 
 // Deadlock freedom: every transaction that locks streams (a flush's lock or lockFirst, archive)
 // takes ALL the advisory locks of its job streams first, in the order of their keys, and only
