@@ -8,7 +8,8 @@
 // The ledger is made through the library, as an application would make it: jobs enqueued over
 // 200 keys (limit 2, so most park), then started and completed round after round, each round
 // one transaction of Starts and one of Completes (whose releases promote the parked jobs): about
-// 5 events per job. Then the read models are rebuilt from position zero, and verified.
+// 5 events per job. The ledger's size is measured (bytes per job, after a VACUUM ANALYZE). Then
+// the read models are rebuilt from position zero, and verified.
 import { performance } from 'node:perf_hooks';
 import * as E from 'fp-ts/lib/Either.js';
 import pg from 'pg';
@@ -23,7 +24,18 @@ const EVENTS = Number(process.env.EVENTS ?? 1_000_000);
 const KEYS = 200;
 const CHUNK = 2_000;
 
-const count = async (pool: pg.Pool): Promise<number> => Number((await pool.query<{ n: string }>('SELECT count(*) AS n FROM events')).rows[0]!.n);
+const count = async (pool: pg.Pool): Promise<number> => Number((await pool.query<{ n: string }>('SELECT coalesce(sum(cardinality(types)), 0) AS n FROM appends')).rows[0]!.n);
+
+/** The tables of the ledger (of any schema since issue 9: those that exist count), for its bytes per job. */
+const LEDGER_TABLES = ['events', 'events_archive', 'appends', 'appends_archive', 'streams', 'unique_event_ids', 'snapshots'];
+const ledgerBytes = async (pool: pg.Pool): Promise<{ bytes: number; jobs: number }> =>
+  (
+    await pool.query<{ bytes: number; jobs: number }>(
+      `SELECT (SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c WHERE c.relname = ANY($1) AND c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace)::float8 AS bytes,
+              (SELECT count(*) FROM jl_jobs)::int AS jobs`,
+      [LEDGER_TABLES],
+    )
+  ).rows[0]!;
 
 /** Peak resident set size while `work` runs, sampled every 50 ms. */
 const peakRss = async <T>(work: () => Promise<T>): Promise<{ result: T; peakMb: number }> => {
@@ -78,6 +90,9 @@ const main = () =>
         await fill(pool);
         const events = await count(pool);
         console.log(`ledger: ${events.toLocaleString()} events in ${((performance.now() - filling) / 1000).toFixed(1)} s (${Math.round(events / ((performance.now() - filling) / 1000)).toLocaleString()} events/s through the key writer)`);
+        await pool.query('VACUUM ANALYZE');
+        const size = await ledgerBytes(pool);
+        console.log(`ledger tables (${LEDGER_TABLES.join(', ')}, those that exist, with indexes and TOAST): ${(size.bytes / 1_048_576).toFixed(1)} MB, ${Math.round(size.bytes / size.jobs).toLocaleString()} bytes per job (${size.jobs.toLocaleString()} jobs)`);
         const projection = createReadModelProjections();
         const report = (what: string, events: number, ms: number, peakMb: number, extra = '') =>
           console.log(`${what}: ${events.toLocaleString()} events in ${(ms / 1000).toFixed(1)} s = ${Math.round(events / (ms / 1000)).toLocaleString()} events/s, peak RSS ${peakMb} MB${extra}`);

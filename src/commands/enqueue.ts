@@ -67,7 +67,7 @@ export interface Enqueued {
 export const DEFAULT_QUEUE = 'default';
 export const DEFAULT_MAX_ATTEMPTS = 5;
 
-/** Namespace of the JobEnqueued event ids: uuidv5(jobId) makes a job's enqueue event findable by id, and unique in the store. */
+/** Namespace of the JobEnqueued event ids: uuidv5(jobId) makes a given job id's enqueue event findable by id, and unique in the store. */
 const JOB_ENQUEUED_NAMESPACE = '0b7c5f0e-4a43-4f5e-9a59-2f4b7c3d1e60';
 export const enqueuedEventId = (jobId: string): string => uuidv5(jobId, JOB_ENQUEUED_NAMESPACE);
 
@@ -192,7 +192,8 @@ export const enqueueMany = async (
 /**
  * Drops the jobs whose enqueue is already recorded, then decides and appends the rest. A job of
  * the batch recorded by someone else between the check and the append makes the store refuse the
- * whole append (its JobEnqueued event id is unique); the check then runs again.
+ * whole append (the JobEnqueued event id of a given job id is unique); the check then runs again.
+ * A job id made up here needs no check: nobody else can know it.
  */
 const recordFresh = async (
   handler: KeyWriter,
@@ -248,7 +249,9 @@ const batchByKey = (planned: readonly Planned[], metadata: Record<string, unknow
       ...(head.leaseMs !== undefined ? { leaseMs: head.leaseMs } : {}),
       ...(head.key === null ? { solo: true as const } : {}),
     };
-    // A job without a key and without a given id has a stream named after a UUID made up here: nothing can be in it.
-    const newStream = head.key === null && !head.givenId ? { newStream: true as const } : {};
-    return { stream: head.stream, command, ...(metadata ? { metadata } : {}), ...newStream };
+    // A job without a key has a stream of its own, named after a UUID made up here (nothing can
+    // be in it) or a given id the store had not recorded: decided on as empty, unread and unlocked.
+    const newStream = head.key === null ? { newStream: true as const } : {};
+    const madeUp = new Set(g.filter((p) => !p.givenId).map((p) => p.job.jobId));
+    return { stream: head.stream, command, ...(metadata ? { metadata } : {}), ...newStream, ...(madeUp.size > 0 ? { madeUpJobIds: madeUp } : {}) };
   });

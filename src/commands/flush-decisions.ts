@@ -106,7 +106,9 @@ export class FlushDecisions {
         const eventId = this.options.eventId?.(stream, event) ?? randomUUID();
         ids.push(eventId);
         a.events.push(event);
-        a.stored.push({ type: event.type, data: event.data, ...(item.metadata ? { metadata: item.metadata } : {}), eventId });
+        // A given job id's JobEnqueued id is unique in the store: enqueued again, the commit fails (DuplicateEventIdError).
+        const unique = event.type === 'JobEnqueued' && item.madeUpJobIds?.has(event.data.jobId) !== true;
+        a.stored.push({ type: event.type, data: event.data, ...(item.metadata ? { metadata: item.metadata } : {}), eventId, ...(unique ? { unique } : {}) });
       }
       this.appended.set(stream, a);
     }

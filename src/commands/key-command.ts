@@ -15,8 +15,18 @@ export interface KeyCommand {
   readonly command: Command;
   /** Recorded with each event of the decision (who asked, from where). */
   readonly metadata?: JsonObject;
-  /** The caller made the stream's name up just now (a job without a key and without a given id): it has no events yet. */
+  /**
+   * The stream is taken to have no events yet (a job without a key, named after an id made up
+   * just now or a given id not recorded before): decided on as empty without reading it, its
+   * expected revision refusing the append if that was wrong.
+   */
   readonly newStream?: true;
+  /**
+   * Job ids of the command made up for it (random UUIDs), whose JobEnqueued need not be checked
+   * for uniqueness: no one else can have enqueued them. Every other JobEnqueued id (uuidv5 of a
+   * job id someone gave) is unique in the store: enqueuing the id again records nothing new.
+   */
+  readonly madeUpJobIds?: ReadonlySet<string>;
 }
 
 export interface Decided {

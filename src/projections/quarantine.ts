@@ -1,5 +1,6 @@
-import type { GlobalPosition, JsonObject, StreamRevision } from '../domain/ports/event-store.js';
+import type { GlobalPosition, StreamRevision } from '../domain/ports/event-store.js';
 import { EventDecodeError, decodeRecorded } from '../domain/recorded.js';
+import { eventsOfRow, rowColumns, rowsFrom, type LedgerRow } from './ledger-rows.js';
 import { statement, type Statement } from './projection.js';
 import type { Queryable } from './transaction.js';
 
@@ -79,18 +80,18 @@ export const loadQuarantines = async (db: Queryable, reader: string): Promise<Ma
 export const recheckWriterQuarantines = async (db: Queryable, now: number): Promise<string[]> => {
   const held = await loadQuarantines(db, WRITER);
   if (held.size === 0) return [];
-  const { rows } = await db.query<{ stream: string; revision: string; position: string; commit_id: string; type: string; data: JsonObject; metadata: JsonObject }>(
-    `SELECT e.stream, e.stream_revision AS revision, e.global_position AS position, e.transaction_id::text AS commit_id, e.type, e.data, e.metadata
-     FROM unnest($1::text[], $2::bigint[]) AS q (stream, revision)
-     JOIN events e ON e.stream = q.stream AND e.stream_revision >= q.revision
-     ORDER BY e.stream, e.stream_revision`,
-    [[...held.keys()], [...held.values()].map((q) => q.revision)],
+  const from = new Map([...held.values()].map((q) => [q.stream, q.revision]));
+  const { rows } = await db.query<LedgerRow>(
+    `SELECT ${rowColumns('e')} FROM unnest($1::text[], $2::bigint[]) AS q (stream, revision)
+     CROSS JOIN LATERAL (SELECT * FROM appends e WHERE ${rowsFrom('appends', 'e', 'q.stream', 'q.revision')}) e
+     ORDER BY e.stream, e.revision`,
+    [[...from.keys()], [...from.values()]],
   );
   const still = new Map<string, Quarantine>();
-  for (const r of rows) {
+  for (const r of rows.flatMap((row) => eventsOfRow(row, from.get(row.stream)))) {
     if (still.has(r.stream)) continue;
     try {
-      decodeRecorded({ stream: r.stream, revision: Number(r.revision), position: { commit: BigInt(r.commit_id), prepare: BigInt(r.position) }, type: r.type, data: r.data, metadata: r.metadata });
+      decodeRecorded(r);
     } catch (error) {
       const quarantine = error instanceof EventDecodeError ? quarantineOf(error) : undefined;
       if (quarantine === undefined) throw error;

@@ -1,41 +1,41 @@
 
 import type pg from 'pg';
-import { START, type GlobalPosition, type JsonObject } from '../domain/ports/event-store.js';
+import { START, type GlobalPosition } from '../domain/ports/event-store.js';
 import { decodeRecorded } from '../domain/recorded.js';
 import { EVENT_SCHEMA_KEY } from '../domain/upcasters.js';
 import { keyOfStream, type ProjectedEvent, type Projection } from './projection.js';
 import { applyStatements, projectAll } from './apply.js';
 import { projectionLockSql, saveCheckpoint } from './checkpoint.js';
 import { inTransaction } from './transaction.js';
+import { eventPrepare, rowOfPrepare, type LedgerRow } from './ledger-rows.js';
 
-interface ReplayRow {
-  /** int8, which pg hands over as a string. */
-  readonly global_position: string;
-  readonly transaction_id_text: string;
-  readonly stream: string;
-  readonly stream_revision: string;
-  readonly type: string;
-  readonly data: JsonObject;
-  /** The event's schema version (metadata), null for version 1: all of the metadata a decoder reads. */
+/** A row of the ledger as a replay reads it: no ids, no creation time, of the metadata only the schema versions. */
+interface ReplayRow extends Pick<LedgerRow, 'position' | 'transaction_id_text' | 'stream' | 'revision' | 'types' | 'data'> {
+  /** The events' schema version (metadata), null for version 1: all of the metadata a decoder reads. */
   readonly schema_version: unknown;
+  /** Each event's, when their metadata differ (metadatas). */
+  readonly schema_versions: readonly unknown[] | null;
 }
 
-const projected = (r: ReplayRow): ProjectedEvent => {
-  const revision = Number(r.stream_revision);
-  return {
-    event: decodeRecorded({
+/** The row's events, decoded, as the projection takes them. */
+const projected = (r: ReplayRow, out: ProjectedEvent[]): void => {
+  const first = Number(r.revision);
+  const commit = BigInt(r.transaction_id_text);
+  const position = BigInt(r.position);
+  const key = keyOfStream(r.stream);
+  r.types.forEach((type, i) => {
+    const revision = first + i;
+    const schema = r.schema_versions === null ? r.schema_version : r.schema_versions[i];
+    const event = decodeRecorded({
       stream: r.stream,
       revision,
-      position: { commit: BigInt(r.transaction_id_text), prepare: BigInt(r.global_position) },
-      type: r.type,
-      data: r.data,
-      ...(r.schema_version === null ? {} : { metadata: { [EVENT_SCHEMA_KEY]: r.schema_version } }),
-    }),
-    stream: r.stream,
-    revision,
-    key: keyOfStream(r.stream),
-    commit: BigInt(r.transaction_id_text),
-  };
+      position: { commit, prepare: eventPrepare(position, i) },
+      type,
+      data: r.data[i]!,
+      ...(schema === null || schema === undefined ? {} : { metadata: { [EVENT_SCHEMA_KEY]: schema } }),
+    });
+    out.push({ event, stream: r.stream, revision, key, commit });
+  });
 };
 
 /**
@@ -141,7 +141,7 @@ export async function replayInto(
   const xmin = BigInt(snap[0]!.xmin);
   const pipelined = (client as { pipeline?: boolean }).pipeline === true;
   const read = (after: GlobalPosition) => {
-    const rows = client.query<ReplayRow>(REPLAY_SQL, [after.commit.toString(), after.prepare.toString(), snapshot, batchSize]);
+    const rows = client.query<ReplayRow>(REPLAY_SQL, [after.commit.toString(), rowOfPrepare(after.prepare).position.toString(), snapshot, batchSize]);
     // Awaited on the next turn; a failure must not go unhandled if applying this batch fails first.
     rows.catch(() => undefined);
     return rows;
@@ -153,16 +153,20 @@ export async function replayInto(
     const { rows } = await next;
     if (rows.length === 0) break;
     const last = rows.at(-1)!;
-    const after = { commit: BigInt(last.transaction_id_text), prepare: BigInt(last.global_position) };
-    const more = rows.length >= batchSize;
+    // Rows come in global order, whole transactions; the next batch starts after the last row's last event.
+    const after = { commit: BigInt(last.transaction_id_text), prepare: eventPrepare(BigInt(last.position), last.types.length - 1) };
+    const more = rows.reduce((n, row) => n + row.types.length, 0) >= batchSize;
     if (more && pipelined) next = read(after);
-    await applyStatements(client, projectAll([projection], rows.map(projected)));
-    events += rows.length;
-    // Rows come in global order: the last one below xmin is the newest position fully applied.
+    const batch: ProjectedEvent[] = [];
+    for (const row of rows) projected(row, batch);
+    await applyStatements(client, projectAll([projection], batch));
+    events += batch.length;
+    // The last event below xmin is the newest position fully applied.
     for (let i = rows.length - 1; i >= 0; i--) {
-      const commit = BigInt(rows[i]!.transaction_id_text);
+      const row = rows[i]!;
+      const commit = BigInt(row.transaction_id_text);
       if (commit < xmin) {
-        checkpoint = { commit, prepare: BigInt(rows[i]!.global_position) };
+        checkpoint = { commit, prepare: eventPrepare(BigInt(row.position), row.types.length - 1) };
         break;
       }
     }
@@ -176,18 +180,24 @@ export async function replayInto(
   return { events, checkpoint };
 }
 
-// The events committed in the rebuild's snapshot after a position, `$4` of them and then the rest
-// of the last one's transaction: projections take whole transactions (./projection.ts). Both
-// scans walk events_global_order (and events_archive_global_order: ledger_events is both tables)
-// from the position, so a batch costs its size, not the ledger's.
+// The rows committed in the rebuild's snapshot after a position ($1, $2: the row of the last
+// event applied; a batch ends with a whole row), up to the one that brings `$4` events, and then
+// the rest of its transaction: projections take whole transactions (./projection.ts). Both scans
+// walk appends_global_order (and appends_archive_global_order: ledger_appends is both tables) from
+// the position, and the count stops at that row, so a batch costs its size, not the ledger's.
+// Rows, not events: each row's events are decoded here (one JSON array of data a row).
 // No column keeps its name under a cast: ORDER BY would sort by the text (regression: a batch
 // ended at global position 999999 inside a transaction whose 1000000 had sorted first, and the
 // next batch replayed that transaction again). int8 arrives as a string anyway.
-const AFTER = `(transaction_id, global_position) > ($1::xid8, $2::bigint) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)`;
+const AFTER = `(transaction_id, position) > ($1::xid8, $2::bigint) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)`;
 export const REPLAY_SQL = `
-SELECT global_position, transaction_id::text AS transaction_id_text, stream, stream_revision, type, data, metadata -> '${EVENT_SCHEMA_KEY}' AS schema_version FROM ledger_events
+SELECT position, transaction_id::text AS transaction_id_text, stream, revision, types, data, metadata -> '${EVENT_SCHEMA_KEY}' AS schema_version,
+       CASE WHEN metadatas IS NOT NULL THEN ARRAY(SELECT m -> '${EVENT_SCHEMA_KEY}' FROM jsonb_array_elements(metadatas) AS m) END AS schema_versions
+FROM ledger_appends
 WHERE ${AFTER}
   AND transaction_id <= coalesce(
-    (SELECT transaction_id FROM ledger_events WHERE ${AFTER} ORDER BY transaction_id, global_position OFFSET $4 - 1 LIMIT 1),
+    (SELECT transaction_id FROM (
+       SELECT transaction_id, sum(cardinality(types)) OVER (ORDER BY transaction_id, position) AS events FROM ledger_appends WHERE ${AFTER}
+     ) upto WHERE events >= $4 LIMIT 1),
     '18446744073709551615'::xid8)
-ORDER BY transaction_id, global_position`;
+ORDER BY transaction_id, position`;

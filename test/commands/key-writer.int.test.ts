@@ -1,7 +1,5 @@
-import { spawn } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import net from 'node:net';
-import { createInterface } from 'node:readline';
 import * as E from 'fp-ts/lib/Either.js';
 import fc from 'fast-check';
 import pg from 'pg';
@@ -25,6 +23,7 @@ import { keyStream } from '../../src/domain/streams.js';
 import { ValidationError } from '../../src/domain/values.js';
 import { createDispatcher } from '../../src/projections/dispatcher.js';
 import { createReadModelProjections } from '../../src/projections/read-models.js';
+import { runProcesses } from '../support/processes.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { until } from '../support/until.js';
 
@@ -375,35 +374,6 @@ interface ProcessStats {
   problems: string[];
 }
 
-/** Runs the fixture processes: each opens its ledger and says ready; all are let go at once; each reports its stats. */
-const runProcesses = async (configs: readonly object[]): Promise<ProcessStats[]> => {
-  const children = configs.map((config) => spawn(process.execPath, [PROCESS, JSON.stringify(config)], { stdio: ['pipe', 'pipe', 'pipe'] }));
-  try {
-    const stderr = children.map(() => [] as string[]);
-    const lines = children.map((child, i) => {
-      child.stderr.on('data', (chunk: Buffer) => stderr[i]!.push(chunk.toString()));
-      const queue: string[] = [];
-      const waiting: ((line: string) => void)[] = [];
-      createInterface({ input: child.stdout }).on('line', (line) => (waiting.length > 0 ? waiting.shift()!(line) : queue.push(line)));
-      const exited = new Promise<never>((_, reject) =>
-        child.on('exit', (code) => reject(new Error(`process ${i} exited (${code}) early: ${stderr[i]!.join('')}`))),
-      );
-      return () => Promise.race([queue.length > 0 ? Promise.resolve(queue.shift()!) : new Promise<string>((r) => waiting.push(r)), exited]);
-    });
-    const ready = await Promise.all(lines.map((next) => next()));
-    expect(ready.map((l) => JSON.parse(l))).toEqual(configs.map(() => ({ ready: true })));
-    for (const child of children) child.stdin.write('go\n');
-    const done = await Promise.all(lines.map((next) => next()));
-    return done.map((line, i) => {
-      const message = JSON.parse(line) as { done: boolean; error?: string; stats: ProcessStats };
-      if (!message.done) throw new Error(`process ${i} failed: ${message.error}\n${stderr[i]!.join('')}`);
-      return message.stats;
-    });
-  } finally {
-    for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
-  }
-};
-
 describe('writers in separate OS processes (FAILURE-MODES #15, #1, #6)', () => {
   it('3 processes, 3 loops each, enqueuing, starting, yielding and completing on 2 shared limit-2 keys: the limit holds and each lease is released once', async () => {
     // The fixture runs the built library: npm test builds dist/ before vitest.
@@ -420,7 +390,8 @@ describe('writers in separate OS processes (FAILURE-MODES #15, #1, #6)', () => {
     await projectionMode(db.pool, 'inline');
     const setup = openWriter('proc-setup');
     for (const key of keys) right(await setup.writer.execute(keyStream(key), { type: 'SetLimit', limit: 2, by: 'ops' }));
-    const stats = await runProcesses(
+    const stats = await runProcesses<ProcessStats>(
+      PROCESS,
       [0, 1, 2].map((index) => ({ databaseUrl: db.url, index, keys, limit: 2, mine: mineOf(index), all, loops: 3, seed: 1_000 + index })),
     );
 
@@ -911,7 +882,7 @@ describe('a failure is pinned on the submission that caused it', () => {
     right(await w.writer.execute(good, enqueueCmd('undecodable-beside-1')));
     // An event no decoder takes, written by SQL behind the writer's back (its cache still says revision 2).
     await db.pool.query(
-      `WITH e AS (INSERT INTO events (stream, stream_revision, type, data, event_id) VALUES ($1, 3, 'SlotAcquired', '{"jobId": "x", "leaseId": 42, "at": 1}', gen_random_uuid()))
+      `WITH e AS (INSERT INTO appends (stream, revision, types, ids, data) VALUES ($1, 3, ARRAY['SlotAcquired'], ARRAY[gen_random_uuid()], '[{"jobId": "x", "leaseId": 42, "at": 1}]'))
        UPDATE streams SET revision = 3, transaction_id = pg_current_xact_id() WHERE stream = $1`,
       [bad],
     );

@@ -11,6 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   comparePositions,
+  DuplicateEventIdError,
   UnsupportedOperationError,
   WrongExpectedRevisionError,
   type EventStore,
@@ -299,6 +300,21 @@ export function eventStoreContract(name: string, setup: () => Promise<EventStore
       const asked = [held[1]!.eventId, randomUUID(), refused.eventId, held[0]!.eventId.toUpperCase(), 'not-a-uuid'];
       expect(await store.recordedEventIds(asked)).toEqual(new Set([held[1]!.eventId, held[0]!.eventId.toUpperCase()]));
       expect(await store.recordedEventIds([])).toEqual(new Set());
+    }, async () => {
+      const held = event('A');
+      await store.append(`${uniquePrefix()}s`, 'no_stream', [held]);
+      await refused(store.recordedEventIds([held.eventId]), 'recordedEventIds');
+    });
+
+    needs('eventIdLookup', 'refuses an event id it holds already, on any stream, writing nothing of the append', async () => {
+      const p = uniquePrefix();
+      const held = event('A');
+      await store.append(`${p}s`, 'no_stream', [held]);
+      const fresh = event('B');
+      const error = await store.append(`${p}t`, 'no_stream', [fresh, { ...event('C'), eventId: held.eventId }]).then(() => undefined, (e: unknown) => e);
+      expect(error).toBeInstanceOf(DuplicateEventIdError);
+      expect(await store.readStream(`${p}t`)).toEqual([]);
+      expect(await store.recordedEventIds([fresh.eventId, held.eventId])).toEqual(new Set([held.eventId]));
     }, async () => {
       const held = event('A');
       await store.append(`${uniquePrefix()}s`, 'no_stream', [held]);

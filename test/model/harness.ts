@@ -4,6 +4,7 @@ import type { JobContext } from '../../src/adapters/worker/define-job.js';
 import type { Worker } from '../../src/adapters/worker/worker.js';
 import type { Logger } from '../../src/domain/ports/logger.js';
 import { keyStream, queueCapKey } from '../../src/domain/streams.js';
+import { appendByHand, fixByHand, type Placed } from '../support/bad-events.js';
 import { checkRun, type HandlerRun, type ModelWorld, type Violation } from './checks.js';
 import { Rng } from './random.js';
 
@@ -123,7 +124,7 @@ export const runModel = async (options: ModelOptions): Promise<ModelResult> => {
   let running = 0;
   const jobs: Job[] = [];
   const inFlight = new Set<Promise<void>>();
-  const poisoned = new Map<string, { stream: string; revision: number }>();
+  const poisoned = new Map<string, Placed>();
   const paused = new Set<string>();
   const stats: Record<string, number> = {};
   const count = (what: string) => void (stats[what] = (stats[what] ?? 0) + 1);
@@ -279,15 +280,14 @@ export const runModel = async (options: ModelOptions): Promise<ModelResult> => {
     const poison = async () => {
       const stream = rng.pick([...Object.keys(WORLD.keys), ...Object.keys(WORLD.limitKeys), queueCapKey('q1')].map(keyStream));
       if (poisoned.has(stream)) return;
-      const [placed] = await rows<{ revision: string }>(
-        `WITH s AS (UPDATE streams SET revision = revision + 1, transaction_id = pg_current_xact_id() WHERE stream = $1 RETURNING revision)
-         INSERT INTO events (stream, stream_revision, type, data, event_id) SELECT $1, s.revision, 'JobTeleported', '{"jobId":"nobody","at":1}', gen_random_uuid() FROM s
-         RETURNING stream_revision AS revision`,
-        [stream],
-      );
+      // A stream not written yet has nothing to poison.
+      const placed = await appendByHand(admin, stream, 'an unknown type').catch((error: unknown) => {
+        if (error instanceof Error && error.message === `no stream ${stream}`) return undefined;
+        throw error;
+      });
       if (placed === undefined) return;
       count('poison');
-      poisoned.set(stream, { stream, revision: Number(placed.revision) });
+      poisoned.set(stream, placed);
       note(`poisoned ${stream} at ${placed.revision}`);
       // Fixed later, as an operator (or the next release) would: it becomes an event that changes nothing.
       const fixAfter = rng.int(300, 4_500);
@@ -300,11 +300,7 @@ export const runModel = async (options: ModelOptions): Promise<ModelResult> => {
       const placed = poisoned.get(stream);
       if (placed === undefined) return;
       poisoned.delete(stream);
-      await admin.query(
-        `UPDATE events SET type = 'KeyLimitSet', data = (SELECT data FROM events WHERE stream = $1 AND type = 'KeyLimitSet' ORDER BY stream_revision LIMIT 1)
-         WHERE stream = $1 AND stream_revision = $2`,
-        [stream, placed.revision],
-      );
+      await fixByHand(admin, placed);
       note(`fixed ${stream} at ${placed.revision}`);
     };
 
@@ -398,7 +394,7 @@ const untilQuiet = async (admin: pg.Pool, running: () => number, ledgers: readon
   let still = 0;
   while (Date.now() < deadline) {
     await Promise.all(ledgers.map((l) => l.drain()));
-    const { rows } = await admin.query<{ p: string | null }>('SELECT max(global_position)::text AS p FROM events');
+    const { rows } = await admin.query<{ p: string | null }>('SELECT max(position)::text AS p FROM appends');
     const now = `${rows[0]!.p}`;
     if (now === last && running() === 0) {
       if (++still >= 8) return true;

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
 import { createLedger } from '../../src/adapters/ledger.js';
+import { migrate } from '../../src/adapters/postgres/migrations.js';
 import { fold, initialKeyState } from '../../src/domain/key-state.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { decodeRecorded } from '../../src/domain/recorded.js';
@@ -47,9 +48,13 @@ const asThatRelease = (stream: string, state: { readonly dead?: Record<string, n
 };
 
 let db: MigratedDatabase;
+/** The last migration before the ledger's rows became rows per append (migration 16). */
+const LAST_PER_EVENT_SCHEMA = 15;
 
 beforeAll(async () => {
-  db = await createMigratedDatabase(4, { pipeline: true });
+  // Stored as that format stored it (one row of events per event, a streams row per stream, job
+  // streams' too), then migrated on: migration 16 regroups it into rows per append.
+  db = await createMigratedDatabase(4, { pipeline: true, upTo: LAST_PER_EVENT_SCHEMA });
   // One transaction per transaction of the run, in its order: the global order and the batches are the run's.
   for (const tx of [...new Set(fixture.events.map((e) => e.tx))]) {
     const events = fixture.events.filter((e) => e.tx === tx);
@@ -63,6 +68,7 @@ beforeAll(async () => {
       [JSON.stringify(events)],
     );
   }
+  await migrate(db.pool);
 });
 
 afterAll(async () => {

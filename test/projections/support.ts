@@ -2,7 +2,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import { expect } from 'vitest';
 import type { Ledger } from '../../src/adapters/ledger.js';
-import { EVENT_COLUMNS, PostgresEventStore, toRecordedEvent, type EventRow } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
+import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
+import { eventsOfRow, rowColumns, type LedgerRow } from '../../src/projections/ledger-rows.js';
 import { decodeRecorded } from '../../src/domain/recorded.js';
 import type { Command } from '../../src/domain/commands.js';
 import { RefusedError } from '../../src/domain/errors.js';
@@ -90,7 +91,7 @@ export const readModelView = async (db: Db, stream: string): Promise<KeyView> =>
 
 /** Every stream of the ledger's keys and jobs. */
 export const ledgerStreams = async (pool: Db): Promise<string[]> =>
-  (await pool.query<{ stream: string }>(`SELECT stream FROM streams WHERE stream LIKE 'key:%' OR stream LIKE 'job:%' ORDER BY stream`)).rows.map((r) => r.stream);
+  (await pool.query<{ stream: string }>(`SELECT DISTINCT stream FROM ledger_appends WHERE stream LIKE 'key:%' OR stream LIKE 'job:%' ORDER BY stream`)).rows.map((r) => r.stream);
 
 export const expectReadModelsMatchFold = async (pool: pg.Pool, streams?: readonly string[]): Promise<void> => {
   for (const stream of streams ?? (await ledgerStreams(pool))) {
@@ -117,10 +118,8 @@ export const readModelRows = async (db: Db): Promise<Record<string, unknown[]>> 
 /** Every event of the ledger's streams, in global order. */
 export const ledgerEvents = async (db: Db): Promise<RecordedEvent[]> =>
   (
-    await db.query<EventRow>(
-      `SELECT ${EVENT_COLUMNS} FROM events WHERE stream LIKE 'key:%' OR stream LIKE 'job:%' ORDER BY transaction_id, global_position`,
-    )
-  ).rows.map(toRecordedEvent);
+    await db.query<LedgerRow>(`SELECT ${rowColumns('a')} FROM appends a WHERE stream LIKE 'key:%' OR stream LIKE 'job:%' ORDER BY transaction_id, position`)
+  ).rows.flatMap((row) => eventsOfRow(row));
 
 // ---------------------------------------------------------------------------------------------
 // The dispatcher, and what a worker's read can claim

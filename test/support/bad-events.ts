@@ -3,7 +3,8 @@ import type pg from 'pg';
 import type { GlobalPosition } from '../../src/domain/ports/event-store.js';
 
 // Events no decoder takes, appended behind the ledger's back (as an operator's SQL, or a newer
-// release, would): issue 10's two cases. Both are at the next revision of a stream that exists.
+// release, would): issue 10's two cases. Both are at the next revision of a stream that exists,
+// each a row of its own (migration 16: a row of appends holds one append's events).
 
 export const BAD_EVENTS = {
   'an unknown type': { type: 'JobTeleported', data: { jobId: 'nobody', at: 1 } },
@@ -19,18 +20,29 @@ export interface Placed {
   readonly position: GlobalPosition;
 }
 
-/** Appends the bad event to `stream` by SQL, moving the stream's revision as an append would. */
-export const appendByHand = async (pool: pg.Pool, stream: string, bad: BadCase): Promise<Placed> => {
-  const { type, data } = BAD_EVENTS[bad];
+/**
+ * Appends one event to a stream with a streams row by SQL (a row of one event in appends), moving
+ * the stream's revision as an append would; `data`: SQL for its payload ($1 is the stream).
+ */
+const appendOneByHand = async (pool: pg.Pool, stream: string, type: string, data: string, values: unknown[] = []): Promise<Placed> => {
   const { rows } = await pool.query<{ revision: string; position: string; commit: string }>(
     `WITH s AS (UPDATE streams SET revision = revision + 1, transaction_id = pg_current_xact_id() WHERE stream = $1 RETURNING revision)
-     INSERT INTO events (stream, stream_revision, type, data, event_id) SELECT $1, s.revision, $2, $3, gen_random_uuid() FROM s
-     RETURNING stream_revision AS revision, global_position AS position, transaction_id::text AS commit`,
-    [stream, type, JSON.stringify(data)],
+     INSERT INTO appends (stream, revision, types, ids, data) SELECT $1, s.revision, ARRAY[$2], ARRAY[gen_random_uuid()], jsonb_build_array(${data}) FROM s
+     RETURNING revision, (position << 20)::text AS position, transaction_id::text AS commit`,
+    [stream, type, ...values],
   );
   const row = rows[0];
   if (row === undefined) throw new Error(`no stream ${stream}`);
   return { stream, revision: Number(row.revision), position: { commit: BigInt(row.commit), prepare: BigInt(row.position) } };
+};
+
+/** The data of the stream's first KeyLimitSet (SQL; $1 is the stream). */
+const FIRST_LIMIT = `(SELECT data FROM events WHERE stream = $1 AND type = 'KeyLimitSet' ORDER BY stream_revision LIMIT 1)`;
+
+/** Appends the bad event to `stream` by SQL, moving the stream's revision as an append would. */
+export const appendByHand = (pool: pg.Pool, stream: string, bad: BadCase): Promise<Placed> => {
+  const { type, data } = BAD_EVENTS[bad];
+  return appendOneByHand(pool, stream, type, '$3::jsonb', [JSON.stringify(data)]);
 };
 
 /**
@@ -39,8 +51,8 @@ export const appendByHand = async (pool: pg.Pool, stream: string, bad: BadCase):
  */
 export const fixByHand = async (pool: pg.Pool, placed: Placed): Promise<void> => {
   const { rowCount } = await pool.query(
-    `UPDATE events SET type = 'KeyLimitSet', data = (SELECT data FROM events WHERE stream = $1 AND type = 'KeyLimitSet' ORDER BY stream_revision LIMIT 1)
-     WHERE stream = $1 AND stream_revision = $2`,
+    `UPDATE appends SET types = ARRAY['KeyLimitSet'], data = jsonb_build_array(${FIRST_LIMIT})
+     WHERE stream = $1 AND revision = $2 AND cardinality(types) = 1`,
     [placed.stream, placed.revision],
   );
   if (rowCount !== 1) throw new Error(`no event at ${placed.stream} ${placed.revision}`);
@@ -66,11 +78,5 @@ export const quarantineRows = async (pool: pg.Pool, reader?: string) =>
 
 /** Appends by SQL an event that decodes after the bad one: the key's KeyLimitSet again, with limit 2 (held back with the bad event, applied once it decodes). */
 export const appendLimitTwo = async (pool: pg.Pool, stream: string): Promise<void> => {
-  const { rowCount } = await pool.query(
-    `WITH s AS (UPDATE streams SET revision = revision + 1, transaction_id = pg_current_xact_id() WHERE stream = $1 RETURNING revision)
-     INSERT INTO events (stream, stream_revision, type, data, event_id)
-     SELECT $1, s.revision, 'KeyLimitSet', (SELECT data FROM events WHERE stream = $1 AND type = 'KeyLimitSet' LIMIT 1) || '{"limit": 2}', gen_random_uuid() FROM s`,
-    [stream],
-  );
-  if (rowCount !== 1) throw new Error(`no stream ${stream}`);
+  await appendOneByHand(pool, stream, 'KeyLimitSet', `${FIRST_LIMIT} || '{"limit": 2}'`);
 };

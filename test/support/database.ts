@@ -81,14 +81,15 @@ export interface MigratedDatabase extends TestDatabase {
 /**
  * A fresh database with jobledger's schema and a pool on it; drop() ends the pool, then drops the
  * database. `pipeline` makes the pool's clients pipeline queries, as the ledger's own pool does.
+ * `upTo`: the schema as of that migration (a ledger of an older format; migrate() goes on).
  */
-export async function createMigratedDatabase(max = 8, options: { pipeline?: boolean } = {}): Promise<MigratedDatabase> {
+export async function createMigratedDatabase(max = 8, options: { pipeline?: boolean; upTo?: number } = {}): Promise<MigratedDatabase> {
   const { migrate } = await import('../../src/adapters/postgres/migrations.js');
   const db = await createTestDatabase();
   const pool = new pg.Pool({ connectionString: db.url, max, pipeline: options.pipeline === true } as pg.PoolConfig);
   // pool.end() resolves before its connections have closed; drop() (FORCE) may kill them first.
   pool.on('error', () => undefined);
-  await migrate(pool);
+  await migrate(pool, options.upTo === undefined ? {} : { upTo: options.upTo });
   return {
     url: db.url,
     pool,

@@ -68,11 +68,11 @@ export const registerMetrics = (app: FastifyInstance, ledger: Ledger): void => {
     gauge('top_key_oldest_parked_age_seconds', `How long the longest-parked job has waited, for the ${TOP_KEYS} keys where it is longest; the other keys have no series.`, ['key'], (g, f) => {
       for (const k of f.topWaiting) g.set({ key: k.key }, k.oldestParkedSeconds);
     }),
-    gauge('ledger_events', 'Rows of the ledger by table: events (live) and events_archive (jobs `jobledger archive` moved out), estimated from the catalog (pg_class.reltuples scaled to its pages).', ['table'], (g, f) => {
+    gauge('ledger_events', 'Events of the ledger by table: events (live) and events_archive (jobs `jobledger archive` moved out), estimated from the catalog (rows of appends and appends_archive, pg_class.reltuples scaled to their pages, times the events of their newest rows).', ['table'], (g, f) => {
       g.set({ table: 'events' }, f.ledgerEvents);
       g.set({ table: 'events_archive' }, f.archivedEvents);
     }),
-    gauge('ledger_bytes', 'Size of each ledger table with its indexes and TOAST (pg_total_relation_size).', ['table'], (g, f) => {
+    gauge('ledger_bytes', 'Size of each ledger table (events: appends, events_archive: appends_archive) with its indexes and TOAST (pg_total_relation_size).', ['table'], (g, f) => {
       g.set({ table: 'events' }, f.ledgerBytes);
       g.set({ table: 'events_archive' }, f.archivedBytes);
     }),

@@ -15,18 +15,20 @@ import { stoppingHolders } from './migrations/0012-stopping-holders.js';
 import { readChecks } from './migrations/0013-read-checks.js';
 import { leaseGrace } from './migrations/0014-lease-grace.js';
 import { liveRow } from './migrations/0015-live-row.js';
+import { appendRows } from './migrations/0016-append-rows.js';
 import type { Migration } from './migrations/migration.js';
 
 export type { Migration } from './migrations/migration.js';
 
-export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName, stoppingHolders, readChecks, leaseGrace, liveRow];
+export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName, stoppingHolders, readChecks, leaseGrace, liveRow, appendRows];
 
 /**
  * Applies the pending migrations, all in one transaction: a process sees the whole schema or the
  * one it had. Safe to call from many processes at once: a transaction-scoped advisory lock makes
- * them take turns, and each re-reads schema_migrations once it holds the lock.
+ * them take turns, and each re-reads schema_migrations once it holds the lock. `upTo`: only the
+ * migrations up to that version (a ledger of an older format, as a test loads one).
  */
-export const migrate = (pool: pg.Pool): Promise<void> =>
+export const migrate = (pool: pg.Pool, { upTo = Infinity }: { readonly upTo?: number } = {}): Promise<void> =>
   inTransaction(pool, async (client) => {
     // Waits for another process's migrations; READ COMMITTED (inTransaction's), so the SELECT
     // below, a statement after the wait, sees the versions that process committed.
@@ -44,7 +46,7 @@ export const migrate = (pool: pg.Pool): Promise<void> =>
     const newest = Math.max(0, ...applied);
     if (newest > known) throw new SchemaNewerError(newest, known);
     for (const migration of migrations) {
-      if (applied.has(migration.version)) continue;
+      if (applied.has(migration.version) || migration.version > upTo) continue;
       await client.query(migration.sql);
       await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [
         migration.version,

@@ -15,8 +15,8 @@ export type ExpectedRevision = StreamRevision | 'no_stream' | 'any';
 
 /**
  * Position of an event in the store's global order. Readers order by (commit, prepare):
- * on PostgreSQL commit is the writing transaction's id and prepare the identity column
- * (`events.transaction_id`, `events.global_position`); on EventStoreDB they are its own
+ * on PostgreSQL commit is the writing transaction's id and prepare its row's identity × 2^20 +
+ * its index in the row (`appends.transaction_id`, `appends.position`); on EventStoreDB they are its own
  * commit and prepare positions. Compare positions with `comparePositions`, never by one field.
  */
 export interface GlobalPosition {
@@ -79,7 +79,7 @@ export class WrongExpectedRevisionError extends Error {
   }
 }
 
-/** An event id the store holds already: nothing of the append (or of its batch) was written. */
+/** An event id given to an append that the store holds already (given ids are unique in the store): nothing of the append (or of its batch) was written. */
 export class DuplicateEventIdError extends Error {
   override readonly name = 'DuplicateEventIdError';
   constructor(
@@ -145,7 +145,7 @@ export interface EventStore {
    * A handler that throws ends the subscription (its `done` rejects).
    */
   subscribe(options: SubscribeOptions, handler: (events: readonly RecordedEvent[]) => Promise<void>): Subscription;
-  /** Which of these event ids the store holds already (an idempotent writer's "did this happen?"). */
+  /** Which of these event ids, given to appends, the store holds already (an idempotent writer's "did this happen?"); an id the store made up is never asked for. */
   recordedEventIds(eventIds: readonly string[]): Promise<ReadonlySet<string>>;
   close(): Promise<void>;
 }

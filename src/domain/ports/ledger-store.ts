@@ -1,6 +1,6 @@
 import type { KeyEvent } from '../events.js';
 import type { EventDecodeError } from '../recorded.js';
-import type { GlobalPosition, JsonObject, RecordedEvent, Snapshot, StreamAppend, StreamRevision } from './event-store.js';
+import type { EventToAppend, GlobalPosition, JsonObject, RecordedEvent, Snapshot, StreamAppend, StreamRevision } from './event-store.js';
 
 // The key writer's port: one transaction that reads dispatch messages, locks the streams it is
 // about to decide on, and writes every append of a flush together with what the inline
@@ -69,8 +69,19 @@ export interface HandedOffJob {
   readonly args: unknown;
 }
 
+/** An event of a flush's append. */
+export interface DecidedEvent extends EventToAppend {
+  /**
+   * Its id must be unique across the ledger: the commit fails with DuplicateEventIdError when it
+   * is recorded already (a JobEnqueued whose job id the flush did not make up). Other ids are
+   * not checked: they are random, or the id of an event only this append can hold.
+   */
+  readonly unique?: boolean;
+}
+
 /** An append of a flush; `decided`: its events as the decider made them, so the inline projections need not decode them again. */
 export interface DecidedAppend extends StreamAppend {
+  readonly events: readonly DecidedEvent[];
   readonly decided?: readonly KeyEvent[];
 }
 
@@ -82,7 +93,11 @@ export interface Commit {
   readonly snapshots?: readonly Snapshot[];
   /** Report where each written event sits (positionOf); a flush needs none. */
   readonly positions?: boolean;
-  /** Lock these streams (as lock() does, reading nothing) in the same round trip as the write: for a caller sure enough of their revisions to skip lock(). */
+  /**
+   * Lock these streams (as lock() does, reading nothing) in the same round trip as the write: for
+   * a caller sure enough of their revisions to skip lock(). A stream the commit creates (appended
+   * at 'no_stream') may be left unlocked where the store refuses a second creation by itself.
+   */
   readonly lockFirst?: readonly string[];
   /**
    * Streams the flush's decisions read without appending to them, each at the revision they were

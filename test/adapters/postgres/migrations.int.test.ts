@@ -52,7 +52,7 @@ describe('migrate', () => {
     await Promise.all(pools.map((pool) => migrate(pool)));
     expect(await appliedVersions(pools[0]!)).toEqual(migrations.map((m) => m.version));
     const { rows } = await pools[0]!.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('events', 'streams', 'snapshots')`,
+      `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('appends', 'streams', 'snapshots')`,
     );
     expect(rows[0]!.n).toBe(3);
   });
@@ -97,8 +97,8 @@ describe('migrate', () => {
     // The check above must have looked at the whole schema, not at an empty one.
     const { rows: found } = await pool.query<{ relname: string }>(`WITH r AS (${relations}) SELECT relname FROM r ORDER BY relname`);
     expect(found.map((r) => r.relname)).toEqual([
-      'events', 'events_archive', 'jl_jobs', 'jl_key_stats', 'jl_keys', 'jl_lease_grace', 'jl_limit_jobs', 'jl_parked', 'jl_quarantined', 'jl_slots', 'ledger_events', 'ledger_settings', 'projection_checkpoints',
-      'snapshots', 'streams', 'workers',
+      'appends', 'appends_archive', 'events', 'events_archive', 'jl_jobs', 'jl_key_stats', 'jl_keys', 'jl_lease_grace', 'jl_limit_jobs', 'jl_parked', 'jl_quarantined', 'jl_slots', 'ledger_appends', 'ledger_events', 'ledger_settings', 'projection_checkpoints',
+      'snapshots', 'streams', 'unique_event_ids', 'workers',
     ]);
   });
 });

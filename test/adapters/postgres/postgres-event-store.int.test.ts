@@ -166,8 +166,8 @@ describe('PostgresEventStore', () => {
       const p = uniquePrefix();
       // Rows as transactions 10 and 9 would have written them (ids long past on any server).
       await pool.query(
-        `INSERT INTO events (transaction_id, stream, stream_revision, type, data, event_id)
-         VALUES ('10', $1, 1, 'Ten', '{}', gen_random_uuid()), ('9', $1, 0, 'Nine', '{}', gen_random_uuid())`,
+        `INSERT INTO appends (transaction_id, stream, revision, types, ids, data)
+         VALUES ('10', $1, 1, ARRAY['Ten'], ARRAY[gen_random_uuid()], '[{}]'), ('9', $1, 0, ARRAY['Nine'], ARRAY[gen_random_uuid()], '[{}]')`,
         [`${p}s`],
       );
       const all = await store.readAll({ streamPrefix: p });

@@ -1,35 +1,55 @@
-import type { JsonObject, RecordedEvent } from '../../../domain/ports/event-store.js';
+import type { GlobalPosition, RecordedEvent } from '../../../domain/ports/event-store.js';
+import { eventsOfRow, rowColumns, rowOfPrepare, rowsFrom, type LedgerRow } from '../../../projections/ledger-rows.js';
 
 /** Channel notified at the commit of each transaction that appended (the payload is empty: a subscriber reads from its position). */
 export const EVENTS_CHANNEL = 'jobledger_events';
 
-// xid8 has no JavaScript type parser: it comes as text. The alias must not be `transaction_id`:
-// ORDER BY transaction_id would then sort by the text, and '100000' < '99999'.
-/** The columns a RecordedEvent is read from (xid8 as text: bigints arrive as strings). */
-export const EVENT_COLUMNS =
-  'global_position, transaction_id::text AS transaction_id_text, stream, stream_revision, type, data, metadata, event_id, created';
+// The event store's reads of history (./postgres-event-store.ts), on the rows of the ledger
+// (ledger_appends: live and archived), each found by an index condition, expanded into events
+// here. The rows of a stream from a revision start with the one that holds it (revision <= it).
 
-export interface EventRow {
-  // int8 arrives as a string unless the application changed pg's type parsers; Number() and
-  // BigInt() take either.
-  readonly global_position: string;
-  readonly transaction_id_text: string;
-  readonly stream: string;
-  readonly stream_revision: string;
-  readonly type: string;
-  readonly data: JsonObject;
-  readonly metadata: JsonObject;
-  readonly event_id: string;
-  readonly created: Date;
-}
+const fromRevision = (stream: string, from: string): string => rowsFrom('ledger_appends', 'a', stream, from);
 
-export const toRecordedEvent = (row: EventRow): RecordedEvent => ({
-  stream: row.stream,
-  revision: Number(row.stream_revision),
-  position: { commit: BigInt(row.transaction_id_text), prepare: BigInt(row.global_position) },
-  type: row.type,
-  data: row.data,
-  metadata: row.metadata,
-  eventId: row.event_id,
-  created: row.created,
-});
+// $1 stream, $2 first revision, $3 rows at most (NULL: all): each row holds one event or more.
+export const READ_STREAM_SQL = `SELECT ${rowColumns('a')} FROM ledger_appends a WHERE ${fromRevision('$1', '$2')} ORDER BY a.revision LIMIT $3`;
+
+// $1 streams, $2 the first revision of each.
+export const READ_STREAMS_SQL = `
+SELECT ${rowColumns('a')} FROM unnest($1::text[], $2::bigint[]) AS w (stream, from_revision)
+CROSS JOIN LATERAL (SELECT * FROM ledger_appends a WHERE ${fromRevision('w.stream', 'w.from_revision')}) a
+ORDER BY a.stream, a.revision`;
+
+/** The events of rows read from `from` on, at most `maxCount`. */
+export const eventsFrom = (rows: readonly LedgerRow[], from: number, maxCount?: number): RecordedEvent[] => {
+  const out = rows.flatMap((row) => eventsOfRow(row, from));
+  return maxCount === undefined ? out : out.slice(0, maxCount);
+};
+
+// The rows after a position ($1, $2: the commit part and the row of the prepare part; that row
+// again, since the position may fall inside it), below the snapshot's xmin: every transaction
+// there has ended, so no event can still appear before what this returns; above it, one still
+// open (with a smaller id than events already committed) would be skipped by a reader that moved
+// past them. $3: rows at most (NULL: all); $4: a stream prefix.
+const AFTER = (prefix: boolean, from = '>='): string => `(transaction_id, position) ${from} ($1::xid8, $2::bigint)
+         AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+         ${prefix ? 'AND starts_with(stream, $4)' : ''}`;
+
+/**
+ * readAll's statement: up to $3 rows (the caller keeps $3 events), or (`wholeTransactions`) the
+ * rows of every transaction up to the one of the row that brings $3 events (counted from the row
+ * after the position's: the rest of that one come on top).
+ */
+export const readAllSql = (prefix: boolean, wholeTransactions: boolean): string =>
+  wholeTransactions
+    ? `SELECT ${rowColumns('a')} FROM ledger_appends a
+       WHERE ${AFTER(prefix)}
+         AND transaction_id <= coalesce(
+           (SELECT transaction_id FROM (
+              SELECT transaction_id, sum(cardinality(types)) OVER (ORDER BY transaction_id, position) AS events FROM ledger_appends WHERE ${AFTER(prefix, '>')}
+            ) upto WHERE events >= $3::bigint LIMIT 1),
+           '18446744073709551615'::xid8)
+       ORDER BY transaction_id, position`
+    : `SELECT ${rowColumns('a')} FROM ledger_appends a WHERE ${AFTER(prefix)} ORDER BY transaction_id, position LIMIT $3::bigint + 1`;
+
+/** readAll's parameters ($1, $2) for rows from the one of `after`. */
+export const afterParameters = (after: GlobalPosition): string[] => [after.commit.toString(), rowOfPrepare(after.prepare).position.toString()];

@@ -20,10 +20,11 @@ import { HANDED_OFF_SQL } from '../../../projections/dispatcher.js';
 import type { Projection } from '../../../projections/projection.js';
 import { Notifications } from '../../postgres/listener.js';
 import { PollingSubscription } from './polling-subscription.js';
-import { EVENTS_CHANNEL, EVENT_COLUMNS, toRecordedEvent, type EventRow } from './event-rows.js';
+import { eventsAfter, type LedgerRow } from '../../../projections/ledger-rows.js';
+import { EVENTS_CHANNEL, READ_STREAMS_SQL, READ_STREAM_SQL, afterParameters, eventsFrom, readAllSql } from './event-rows.js';
 import { PgWriteTransaction } from './write-transaction.js';
 
-export { EVENTS_CHANNEL, EVENT_COLUMNS, toRecordedEvent, type EventRow } from './event-rows.js';
+export { EVENTS_CHANNEL } from './event-rows.js';
 
 export interface PostgresEventStoreOptions {
   /** Projections applied inside every transaction that appends, to the streams they handle (inline mode). */
@@ -67,9 +68,13 @@ export class PostgresEventStore implements EventStore, LedgerStore {
   }
 
   async recorded(probe: EventProbe): Promise<boolean> {
-    // By primary key: the event id alone would need an index on every event's id.
-    const { rows } = await this.pool.query('SELECT 1 FROM ledger_events WHERE stream = $1 AND stream_revision = $2 AND event_id = $3::uuid', [probe.stream, probe.revision, probe.eventId]);
-    return rows.length > 0;
+    // By primary key (the row holding the revision): the event id alone would need an index on every event's id.
+    const { rows } = await this.pool.query<{ found: boolean }>(
+      `SELECT revision + cardinality(ids) > $2 AND ids[($2 - revision + 1)::int] = $3::uuid AS found FROM ledger_appends
+       WHERE stream = $1 AND revision <= $2 ORDER BY revision DESC LIMIT 1`,
+      [probe.stream, probe.revision, probe.eventId],
+    );
+    return rows[0]?.found === true;
   }
 
   async handedOffJobs(jobIds: readonly string[]): Promise<readonly HandedOffJob[]> {
@@ -105,11 +110,13 @@ export class PostgresEventStore implements EventStore, LedgerStore {
           const actual = at.get(append.stream)!;
           if (append.expected !== 'any' && append.expected !== actual) throw new WrongExpectedRevisionError(append.stream, append.expected, actual);
           const entry = merged.get(append.stream) ?? { stream: append.stream, expected: actual, events: [] };
-          entry.events.push(...append.events);
+          for (const e of append.events) entry.events.push(e);
           merged.set(append.stream, entry);
           at.set(append.stream, (actual === 'no_stream' ? -1 : actual) + append.events.length);
         }
-        const committed = await tx.commit({ appends: [...merged.values()], positions: true });
+        // Through the port every given id counts as unique: appended twice, it is refused (DuplicateEventIdError).
+        const decided = [...merged.values()].map((a) => ({ ...a, events: a.events.map((e) => (e.eventId === undefined ? e : { ...e, unique: true })) }));
+        const committed = await tx.commit({ appends: decided, positions: true });
         const seen = new Map<string, number>();
         return appends.map((append) => {
           const before = seen.get(append.stream) ?? 0;
@@ -127,61 +134,36 @@ export class PostgresEventStore implements EventStore, LedgerStore {
   }
 
   async readStream(stream: string, options: ReadStreamOptions = {}): Promise<RecordedEvent[]> {
-    const { rows } = await this.pool.query<EventRow>(
-      `SELECT ${EVENT_COLUMNS} FROM ledger_events
-       WHERE stream = $1 AND stream_revision >= $2
-       ORDER BY stream_revision
-       LIMIT $3`,
-      [stream, options.fromRevision ?? 0, options.maxCount ?? null],
-    );
-    return rows.map(toRecordedEvent);
+    const from = options.fromRevision ?? 0;
+    const { rows } = await this.pool.query<LedgerRow>(READ_STREAM_SQL, [stream, from, options.maxCount ?? null]);
+    return eventsFrom(rows, from, options.maxCount);
   }
 
   async readStreams(requests: readonly { readonly stream: string; readonly fromRevision: StreamRevision }[]): Promise<ReadonlyMap<string, RecordedEvent[]>> {
     const result = new Map<string, RecordedEvent[]>(requests.map((r) => [r.stream, []]));
     if (requests.length === 0) return result;
-    const { rows } = await this.pool.query<EventRow>(
-      `SELECT ${EVENT_COLUMNS} FROM ledger_events e
-       JOIN unnest($1::text[], $2::bigint[]) AS wanted (s, from_revision)
-         ON e.stream = wanted.s AND e.stream_revision >= wanted.from_revision
-       ORDER BY stream, stream_revision`,
-      [requests.map((r) => r.stream), requests.map((r) => r.fromRevision)],
-    );
-    for (const row of rows) result.get(row.stream)?.push(toRecordedEvent(row));
+    const from = new Map(requests.map((r) => [r.stream, r.fromRevision]));
+    const { rows } = await this.pool.query<LedgerRow>(READ_STREAMS_SQL, [requests.map((r) => r.stream), requests.map((r) => r.fromRevision)]);
+    for (const row of rows) result.get(row.stream)?.push(...eventsFrom([row], from.get(row.stream)!));
     return result;
   }
 
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
     const after = options.after ?? START;
-    const values: unknown[] = [after.commit.toString(), after.prepare.toString(), options.maxCount ?? null];
+    const values: unknown[] = [...afterParameters(after), options.maxCount ?? null];
     if (options.streamPrefix !== undefined) values.push(options.streamPrefix);
-    // Below the snapshot's xmin every transaction has ended, so no event can still appear before
-    // what this returns; above it, one still open (with a smaller id than events already
-    // committed) would be skipped by a reader that moved past them.
-    const where = `(transaction_id, global_position) > ($1::xid8, $2::bigint)
-         AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-         ${options.streamPrefix === undefined ? '' : 'AND starts_with(stream, $4)'}`;
-    const text =
-      options.wholeTransactions === true && options.maxCount !== undefined
-        ? `SELECT ${EVENT_COLUMNS} FROM ledger_events
-           WHERE ${where}
-             AND transaction_id <= coalesce(
-               (SELECT transaction_id FROM ledger_events WHERE ${where} ORDER BY transaction_id, global_position OFFSET $3::bigint - 1 LIMIT 1),
-               '18446744073709551615'::xid8)
-           ORDER BY transaction_id, global_position`
-        : `SELECT ${EVENT_COLUMNS} FROM ledger_events WHERE ${where} ORDER BY transaction_id, global_position LIMIT $3`;
-    const { rows } = await this.pool.query<EventRow>(text, values);
-    return rows.map(toRecordedEvent);
+    const whole = options.wholeTransactions === true && options.maxCount !== undefined;
+    const { rows } = await this.pool.query<LedgerRow>(readAllSql(options.streamPrefix !== undefined, whole), values);
+    const events = eventsAfter(rows, after);
+    return whole || options.maxCount === undefined ? events : events.slice(0, options.maxCount);
   }
 
   async recordedEventIds(eventIds: readonly string[]): Promise<ReadonlySet<string>> {
     // event_id is a uuid: a string that is not one was never recorded, and must not reach the cast.
     const candidates = eventIds.filter((id) => UUID.test(id));
     if (candidates.length === 0) return new Set();
-    const { rows } = await this.pool.query<{ event_id: string }>(
-      'SELECT event_id FROM ledger_events WHERE event_id = ANY($1::uuid[])',
-      [candidates],
-    );
+    // Only the ids that had to be unique are kept: those given through append(), and the writer's enqueues of given job ids.
+    const { rows } = await this.pool.query<{ event_id: string }>('SELECT event_id FROM unique_event_ids WHERE event_id = ANY($1::uuid[])', [candidates]);
     const found = new Set(rows.map((row) => row.event_id));
     return new Set(candidates.filter((id) => found.has(id.toLowerCase())));
   }

@@ -1,18 +1,16 @@
+import { randomUUID } from 'node:crypto';
 import type { JsonObject } from '../../../domain/ports/event-store.js';
-import { EVENT_COLUMNS, EVENTS_CHANNEL } from './event-rows.js';
+import type { DecidedAppend } from '../../../domain/ports/ledger-store.js';
+import { JOB_STREAM_PREFIX } from '../../../domain/streams.js';
+import { upcasters } from '../../../domain/upcasters.js';
+import { MAX_ROW_EVENTS, rowColumns, rowsFrom, type RowEvents } from '../../../projections/ledger-rows.js';
+import { EVENTS_CHANNEL } from './event-rows.js';
 
-// The statements of a write transaction (./write-transaction.ts) on the event store's tables:
-// lock and catch up, append, check what was only read, save snapshots, notify.
-
-/** An event as WRITE_SQL takes it ($2: one JSON array of these). */
-export interface WireEvent {
-  readonly stream: string;
-  readonly revision: number;
-  readonly type: string;
-  readonly data: JsonObject;
-  readonly metadata: JsonObject;
-  readonly event_id: string;
-}
+// The statements of a write transaction (./write-transaction.ts) on the event store's tables
+// (migration 16): lock and catch up, append, check what was only read, save snapshots, notify.
+// A key stream (and any stream but a job's own) has a `streams` row, locked FOR UPDATE and
+// moved on by each append; a job's own stream (`job:<id>`) has none: its writers take an
+// advisory lock on it, and its revision is its last row's.
 
 // Generic plans for this transaction's prepared statements: with array parameters PostgreSQL
 // would otherwise plan them anew on every execution (custom plans), which cost more than running
@@ -20,51 +18,90 @@ export interface WireEvent {
 // find every row by primary key (see read-models.ts), whatever the batch.
 export const BEGIN_SQL = `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_generic_plan`;
 
+/** Whether a stream is a job's own: no streams row, an advisory lock. */
+export const isJobStream = (stream: string): boolean => stream.startsWith(JOB);
+const JOB = JOB_STREAM_PREFIX;
+
+// Deadlock freedom: every transaction that locks streams (a flush's lock or lockFirst, archive)
+// takes ALL the advisory locks of its job streams first, in the order of their keys, and only
+// then the row locks of its other streams, in name order ("C" collation): two transactions that
+// share streams queue up in one order instead of deadlocking. The keys are sorted, not the names:
+// two names may share a key (the keys share their 64-bit space with the leadership locks, named
+// 'jobledger:…'; a clash is a 2^-64 chance). ADVISORY_SQL MUST stay a statement of its own before
+// the reads (LOCK_SQL): a statement reads in the snapshot it started with, and only one that
+// starts once the lock is held sees what the stream's previous writer committed. Guarded by
+// test/adapters/postgres/job-streams.int.test.ts ("issue 22: … no deadlock …", "exactly one wins").
+export const ADVISORY_SQL = `
+SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT hashtextextended(s, 0) AS k FROM unnest($1::text[]) AS s ORDER BY k OFFSET 0) keys`;
+
+/** The row locks of streams that have a streams row ($1, sorted), reading nothing: the second half of a lock. */
+export const LOCK_ROWS_SQL = `SELECT stream FROM streams WHERE stream = ANY($1::text[]) ORDER BY stream FOR UPDATE`;
+
+/**
+ * A job stream's last row, live, else archived (all of its rows moved): its revision and last
+ * writer. Only where `when` holds (a one-time filter: other streams never touch appends for it).
+ */
+const jobHead = (stream: string, when: string): string => `
+  SELECT h.last_revision, h.transaction_id FROM (
+    (SELECT a.last_revision, a.transaction_id FROM appends a WHERE ${when} AND a.stream = ${stream} ORDER BY a.revision DESC LIMIT 1)
+    UNION ALL
+    (SELECT a.last_revision, a.transaction_id FROM appends_archive a WHERE ${when} AND a.stream = ${stream} ORDER BY a.revision DESC LIMIT 1)
+    LIMIT 1) h`;
+
+/**
+ * The rows of a stream holding revisions after `after`, live and archived, in order. The archive
+ * is read only where it may hold some (a one-time filter the planner checks before touching it):
+ * a key stream whose newest archived revision (streams.archived_revision) is past `after`; a job
+ * stream whose live rows start after it (archive moves a job stream's rows all at once, so its
+ * live rows are the stream's last ones). Only where `when` holds (another one-time filter): a
+ * flush on a stream its writer holds reads no row at all, and never the archive.
+ */
+const rowsAfter = (s: { stream: string; after: string; archived: string; job: string; when: string }): string => `
+  SELECT ${rowColumns('r')} FROM appends r WHERE ${s.when} AND ${rowsFrom('appends', 'r', s.stream, `${s.after} + 1`)}
+  UNION ALL
+  SELECT ${rowColumns('r')} FROM appends_archive r
+  WHERE ${s.when} AND (CASE WHEN ${s.job} THEN NOT EXISTS (SELECT FROM appends x WHERE x.stream = ${s.stream} AND x.revision <= ${s.after} + 1) ELSE ${s.archived} > ${s.after} END)
+    AND ${rowsFrom('appends_archive', 'r', s.stream, `${s.after} + 1`)}
+  ORDER BY revision`;
+
+/** A row of LOCK_SQL: a locked stream, and one of its rows (the columns of a LedgerRow: ../../../projections/ledger-rows.ts), all NULL when none came. */
 export interface LockRow {
-  stream: string;
-  revision: string;
+  locked: string;
+  head: string;
   writer: string;
   xid: string;
   snapshot_revision: string | null;
-  stream_revision: string | null;
+  position: string | null;
 }
 
-/**
- * The archived events a lock must read (see migration 0010): only those of a stream whose state
- * is built from before its newest archived revision, a one-time filter the planner checks before
- * touching events_archive, so a flush on a stream its writer holds never reads the archive.
- */
-const FROM_ARCHIVE = (archivedRevision: string, after: string, stream: string): string =>
-  `${archivedRevision} > ${after} AND a.stream = ${stream} AND a.stream_revision > ${after}`;
-
-// The streams to write ($1, sorted), locked in name order ("C" collation): two transactions
-// sharing streams take them in the same order and queue up instead of deadlocking (LockRows sits
-// above the sort, so rows are locked in that order). Each row's transaction_id tells whether a
-// younger transaction wrote it last (the caller then defers the stream). With each stream comes
-// what the caller lacks ($2: the revision its state is at, -1 none, NULL: lock only): the revision
-// of a newer snapshot ($3: schema version), and the events after it or after $2. Those are read
-// in the statement's snapshot, which predates any lock it waited for: lock() reads such a stream
-// again (SNAPSHOTS_SQL, DELTAS_SQL). A stream this process wrote last costs one probe of events.
+// The streams to lock and read ($1, sorted), with what the caller lacks ($2: the revision its
+// state is at, -1 none, NULL: lock only); $3: the snapshots' schema version. Locks the streams
+// rows (name order; LockRows sits above the sort, so rows are locked in that order), after the
+// job streams' advisory locks (ADVISORY_SQL, the statement before). Each stream that exists comes
+// with its revision, its last writer (the caller defers a stream a younger transaction wrote
+// last: streams.transaction_id, or a job stream's last row's), the revision of a newer snapshot,
+// and its rows after the snapshot or after $2. A streams row's revision is the locked one, but
+// its rows are read in the statement's snapshot, which predates any row lock it waited for:
+// lock() reads such a stream again (SNAPSHOTS_SQL, DELTAS_SQL). A job stream's advisory lock was
+// taken by the statement before, so its rows are current. A stream this process wrote last costs
+// one probe of its rows.
 export const LOCK_SQL = `
 WITH w AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS w (stream, after)),
 locked AS MATERIALIZED (
   SELECT stream, revision, transaction_id, archived_revision FROM streams WHERE stream = ANY($1::text[]) ORDER BY stream FOR UPDATE
+),
+heads AS MATERIALIZED (
+  SELECT w.stream, w.after, coalesce(l.revision, j.last_revision) AS revision, coalesce(l.transaction_id, j.transaction_id) AS writer,
+         l.archived_revision, l.stream IS NULL AS job
+  FROM w LEFT JOIN locked l ON l.stream = w.stream
+  LEFT JOIN LATERAL (${jobHead('w.stream', `starts_with(w.stream, '${JOB}')`)}) j ON true
+  WHERE l.stream IS NOT NULL OR j.last_revision IS NOT NULL
 )
-SELECT l.stream, l.revision::text AS revision, l.transaction_id::text AS writer, pg_current_xact_id()::text AS xid,
-       s.revision::text AS snapshot_revision,
-       e.global_position, e.transaction_id_text, e.stream_revision, e.type, e.data, e.metadata, e.event_id, e.created
-FROM locked l
-JOIN w ON w.stream = l.stream
-LEFT JOIN snapshots s ON s.stream = l.stream AND s.schema_version = $3 AND s.revision > w.after
-LEFT JOIN LATERAL (
-  SELECT ${EVENT_COLUMNS} FROM events
-  WHERE events.stream = l.stream AND l.revision > w.after AND events.stream_revision > greatest(w.after, coalesce(s.revision, -1))
-  UNION ALL
-  SELECT ${EVENT_COLUMNS} FROM events_archive a
-  WHERE l.revision > w.after AND ${FROM_ARCHIVE('l.archived_revision', 'greatest(w.after, coalesce(s.revision, -1))', 'l.stream')}
-  ORDER BY stream_revision
-) e ON true
-ORDER BY l.stream, e.stream_revision`;
+SELECT h.stream AS locked, h.revision::text AS head, h.writer::text AS writer, pg_current_xact_id()::text AS xid, s.revision::text AS snapshot_revision, e.*
+FROM heads h
+LEFT JOIN snapshots s ON s.stream = h.stream AND s.schema_version = $3 AND s.revision > h.after
+LEFT JOIN LATERAL (${rowsAfter({ stream: 'h.stream', after: 'greatest(h.after, coalesce(s.revision, -1))', archived: 'h.archived_revision', job: 'h.job', when: 'h.revision > h.after' })}) e ON true
+ORDER BY h.stream, e.revision`;
 
 // Snapshots newer than the caller's state ($1 streams, $2 revision each is at, -1: none; $3
 // schema version), for streams LOCK_SQL could not bring up to date. Run once the streams are
@@ -74,65 +111,119 @@ SELECT s.stream, s.revision::text AS revision, s.state
 FROM unnest($1::text[], $2::bigint[]) AS w (stream, after)
 JOIN snapshots s ON s.stream = w.stream AND s.schema_version = $3 AND s.revision > w.after`;
 
-// Every event after the caller's state (or after the newer snapshot SNAPSHOTS_SQL returns).
+// Every row after the caller's state (or after the newer snapshot SNAPSHOTS_SQL returns).
 export const DELTAS_SQL = `
 SELECT e.* FROM unnest($1::text[], $2::bigint[]) AS w (stream, after)
-JOIN streams st ON st.stream = w.stream
+LEFT JOIN streams st ON st.stream = w.stream
 CROSS JOIN LATERAL (SELECT greatest(w.after, coalesce((SELECT s.revision FROM snapshots s WHERE s.stream = w.stream AND s.schema_version = $3 AND s.revision > w.after), -1)) AS after) f
-CROSS JOIN LATERAL (
-  SELECT ${EVENT_COLUMNS} FROM events
-  WHERE events.stream = w.stream AND events.stream_revision > f.after
-  UNION ALL
-  SELECT ${EVENT_COLUMNS} FROM events_archive a
-  WHERE ${FROM_ARCHIVE('st.archived_revision', 'f.after', 'w.stream')}
-  ORDER BY stream_revision
-) e
-ORDER BY e.stream, e.stream_revision`;
+CROSS JOIN LATERAL (${rowsAfter({ stream: 'w.stream', after: 'f.after', archived: 'st.archived_revision', job: 'st.stream IS NULL', when: 'true' })}) e
+ORDER BY e.stream, e.revision`;
 
-// The appends of a flush. $1: one row per stream (stream, expected revision or -1, revision
-// after); $2: the events, in order, each with its revision; $3: the streams again, for the
-// planner (see read-models.ts: found by primary key however many streams there are). This MUST stay one statement: the
-// expected-revision check and the writes are one step, and it is the check, not the lock taken
-// before, that keeps every limit. A stream whose row did not move as expected (another revision,
-// or a last writer younger than this transaction: see streams.transaction_id) gets no claimed
-// row, so its events get a NULL revision and the NOT NULL constraint fails the whole statement
-// (and transaction) instead of writing around a conflict (StaleStateError); a stream created
-// meanwhile fails on streams_pkey (the writer runs the flush again).
+/**
+ * The appends of a commit as WRITE_SQL takes them (each one row; the events' ids made up where
+ * none was given, their metadata stamped with their schema), and the ids that must be unique.
+ * `each` is told of every event, with its revision and the metadata stored.
+ */
+export const wireAppends = (
+  appends: readonly DecidedAppend[],
+  each: (append: DecidedAppend, index: number, revision: number, metadata: JsonObject) => void,
+): { wire: WireAppend[]; uniques: string[] } => {
+  const wire: WireAppend[] = [];
+  const uniques: string[] = [];
+  for (const append of appends) {
+    const { expected, events } = append;
+    if (typeof expected !== 'number' && expected !== 'no_stream') throw new TypeError(`append to ${append.stream}: a flush appends at an exact revision`);
+    if (events.length > MAX_ROW_EVENTS) throw new RangeError(`append to ${append.stream}: ${events.length} events, more than one row holds (${MAX_ROW_EVENTS}): append them in parts`);
+    const base = expected === 'no_stream' ? -1 : expected;
+    const metadatas = events.map((e, i) => {
+      const metadata = upcasters.stamp(e.type, e.metadata ?? {});
+      each(append, i, base + 1 + i, metadata);
+      return metadata;
+    });
+    const first = metadatas[0]!;
+    const shared = JSON.stringify(first);
+    wire.push({
+      stream: append.stream,
+      expected: base,
+      types: events.map((e) => e.type),
+      ids: events.map((e) => {
+        const eventId = e.eventId ?? randomUUID();
+        if (e.unique === true) uniques.push(eventId);
+        return eventId;
+      }),
+      data: events.map((e) => e.data),
+      metadata: first,
+      metadatas: metadatas.every((m) => m === first || JSON.stringify(m) === shared) ? null : metadatas,
+    });
+  }
+  return { wire, uniques };
+};
+
+/** An append as WRITE_SQL takes it ($1: one JSON array of these, a flush appending at most once per stream). */
+export interface WireAppend extends RowEvents {
+  readonly stream: string;
+  /** The revision it expects the stream at, -1: none. */
+  readonly expected: number;
+}
+
+// The appends of a flush. $1: one row per stream, its events and the revision it expects; $2: the
+// streams with a streams row, for the planner (see read-models.ts: found by primary key however
+// many streams there are); $3: the event ids that must be unique. This MUST stay one statement:
+// the expected-revision check and the writes are one step, and it is the check, not the lock
+// taken before, that keeps every limit. A stream that did not move as expected gets no claimed
+// row, so its row gets a NULL revision and the NOT NULL constraint fails the whole statement (and
+// transaction) instead of writing around a conflict (StaleStateError):
+// - a streams row that moved (another revision, or a last writer younger than this transaction:
+//   see streams.transaction_id); a key stream created meanwhile fails on streams_pkey;
+// - a job stream whose last row, in this statement's snapshot (which starts once its advisory
+//   lock is held), is not at the expected revision or was written by a younger transaction. A
+//   job stream created here (expected -1) is not locked (see PgWriteTransaction.commit): two
+//   creators both pass the check, and the second fails on appends_pkey at revision 0 (its
+//   archived rows, if any, are seen by the check: archive moves them in one statement).
+// An id that is already recorded fails on unique_event_ids_pkey (DuplicateEventIdError). Guarded
+// by test/adapters/postgres/job-streams.int.test.ts ("issue 22: …") and test/commands/given-ids.int.test.ts.
 const WRITE_SQL = `
-WITH s AS (
-  SELECT * FROM jsonb_to_recordset($1::jsonb) AS s (stream text, expected bigint, revision bigint)
+WITH r AS MATERIALIZED (
+  SELECT * FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (stream text, expected bigint, types text[], ids uuid[], data jsonb, metadata jsonb, metadatas jsonb))
+    WITH ORDINALITY AS r (stream, expected, types, ids, data, metadata, metadatas, ord)
 ),
 moved AS (
-  UPDATE streams t SET revision = s.revision, transaction_id = pg_current_xact_id()
-  FROM s WHERE t.stream = ANY ($3::text[]) AND t.stream = s.stream AND s.expected >= 0 AND t.revision = s.expected AND t.transaction_id <= pg_current_xact_id()
+  UPDATE streams t SET revision = r.expected + cardinality(r.types), transaction_id = pg_current_xact_id()
+  FROM r WHERE t.stream = ANY ($2::text[]) AND t.stream = r.stream AND r.expected >= 0 AND t.revision = r.expected AND t.transaction_id <= pg_current_xact_id()
   RETURNING t.stream
 ),
 created AS (
   INSERT INTO streams (stream, revision)
-  SELECT stream, revision FROM s WHERE s.expected < 0 ORDER BY stream
+  SELECT stream, expected + cardinality(types) FROM r WHERE r.expected < 0 AND NOT starts_with(r.stream, '${JOB}') ORDER BY stream
   RETURNING stream
 ),
-claimed AS (SELECT stream FROM moved UNION ALL SELECT stream FROM created),
+jobs AS (
+  SELECT r.stream FROM r
+  LEFT JOIN LATERAL (${jobHead('r.stream', `starts_with(r.stream, '${JOB}')`)}) h ON true
+  WHERE starts_with(r.stream, '${JOB}') AND coalesce(h.last_revision, -1) = r.expected AND coalesce(h.transaction_id <= pg_current_xact_id(), true)
+),
+claimed AS (SELECT stream FROM moved UNION ALL SELECT stream FROM created UNION ALL SELECT stream FROM jobs),
 written AS (
-  INSERT INTO events (stream, stream_revision, type, data, metadata, event_id)
-  SELECT e.stream, CASE WHEN c.stream IS NOT NULL THEN e.revision END, e.type, e.data, coalesce(e.metadata, '{}'), e.event_id
-  FROM ROWS FROM (jsonb_to_recordset($2::jsonb) AS (stream text, revision bigint, type text, data jsonb, metadata jsonb, event_id uuid))
-       WITH ORDINALITY AS e (stream, revision, type, data, metadata, event_id, ord)
-  LEFT JOIN claimed c ON c.stream = e.stream
-  ORDER BY e.ord
-  RETURNING stream, stream_revision, global_position
+  INSERT INTO appends (stream, revision, types, ids, data, metadata, metadatas)
+  SELECT r.stream, CASE WHEN c.stream IS NOT NULL THEN r.expected + 1 END, r.types, r.ids, r.data, r.metadata, r.metadatas
+  FROM r LEFT JOIN claimed c ON c.stream = r.stream
+  ORDER BY r.ord
+  RETURNING stream, revision, position
+),
+uniques AS (
+  INSERT INTO unique_event_ids (event_id) SELECT unnest($3::uuid[])
 )`;
-/** Where each written event sits: for append(), which reports positions; a flush needs none. */
+/** Where each written row sits: for append(), which reports positions; a flush needs none. */
 export const WRITE_RETURNING_SQL = `${WRITE_SQL}
-SELECT stream, stream_revision::text AS revision, global_position::text AS position, pg_current_xact_id()::text AS xid FROM written`;
+SELECT stream, revision::text AS revision, position::text AS position, pg_current_xact_id()::text AS xid FROM written`;
 export const WRITE_FLUSH_SQL = `${WRITE_SQL}
 SELECT count(*) FROM written`;
 
 // The streams the flush's decisions only read, each at the revision decided on (-1: absent), checked
-// before anything is written (migration 0013's jl_check_read; it raises, failing the transaction).
-// Streams that exist were locked by this transaction (LOCK_SQL), so none can move between this
-// check and COMMIT; one that did not exist may be created meanwhile by a transaction that read
-// nothing of this one's, which is then ordered after it.
+// before anything is written (jl_check_read, migrations 0013 and 0016; it raises, failing the
+// transaction). Streams that exist were locked by this transaction (LOCK_SQL), so none can move
+// between this check and COMMIT; one that did not exist may be created meanwhile by a
+// transaction that read nothing of this one's, which is then ordered after it.
 export const READ_CHECK_SQL = `SELECT jl_check_read($1::text[], $2::bigint[])`;
 
 export const SAVE_SNAPSHOTS_SQL = `

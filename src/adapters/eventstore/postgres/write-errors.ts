@@ -25,13 +25,16 @@ export const mapError = (error: unknown): unknown => {
   // deadlock_detected, serialization_failure, or a stream another transaction created first;
   // class 57P (the server shutting down or restarting: admin_shutdown, crash_shutdown,
   // cannot_connect_now) and class 08 (connection exceptions) end the session, not the flush.
-  if (error.code === '40P01' || error.code === '40001' || (error.code === '23505' && error.constraint === 'streams_pkey')) return new TransientWriteError(error.message);
+  // A job stream another transaction created first fails on appends_pkey (WRITE_SQL: its creation is not locked).
+  if (error.code === '40P01' || error.code === '40001' || (error.code === '23505' && (error.constraint === 'streams_pkey' || error.constraint === 'appends_pkey'))) {
+    return new TransientWriteError(error.message);
+  }
   if (isConnectionError(error)) return new TransientWriteError(error.message, { cause: error });
   // WRITE_SQL's expected-revision check: a stream that had moved on gets no claimed row.
-  if (error.code === '23502' && error.column === 'stream_revision') return new StaleStateError(error.message);
+  if (error.code === '23502' && error.table === 'appends' && error.column === 'revision') return new StaleStateError(error.message);
   // READ_CHECK_SQL: a stream a decision only read moved before the commit (DETAIL names them).
   if (error.code === 'JL001') return new StaleStateError(error.message, (error.detail ?? '').split(', ').filter((s) => s !== ''));
-  if (error.code === '23505' && error.constraint === 'events_event_id_key') {
+  if (error.code === '23505' && error.constraint === 'unique_event_ids_pkey') {
     const eventId = /\(event_id\)=\(([0-9a-f-]+)\)/i.exec(error.detail ?? '')?.[1];
     return new DuplicateEventIdError('', error.detail ?? '', eventId);
   }

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import type { KeyEvent } from '../../../domain/events.js';
 import {
@@ -21,20 +20,19 @@ import {
   type WriteTransaction,
 } from '../../../domain/ports/ledger-store.js';
 import { decodeRecorded } from '../../../domain/recorded.js';
-import { upcasters } from '../../../domain/upcasters.js';
 import type { ProjectedEvent, Projection, Statement } from '../../../projections/projection.js';
 import { keyOfStream } from '../../../projections/projection.js';
 import { WRITER, quarantineOf, recordQuarantines, type Quarantine } from '../../../projections/quarantine.js';
 import { projectAll, statementName } from '../../../projections/apply.js';
 import { claimStatement } from '../../queue/job-queue.js';
-import { toRecordedEvent, type EventRow } from './event-rows.js';
-import { BEGIN_SQL, DELTAS_SQL, LOCK_SQL, NOTIFY_EVENTS_SQL, QUARANTINED_SQL, READ_CHECK_SQL, SAVE_SNAPSHOTS_SQL, SNAPSHOTS_SQL, WRITE_FLUSH_SQL, WRITE_RETURNING_SQL, type LockRow, type WireEvent } from './stream-sql.js';
+import { eventPrepare, eventsOfRow, type LedgerRow } from '../../../projections/ledger-rows.js';
+import { ADVISORY_SQL, BEGIN_SQL, DELTAS_SQL, LOCK_ROWS_SQL, LOCK_SQL, NOTIFY_EVENTS_SQL, QUARANTINED_SQL, READ_CHECK_SQL, SAVE_SNAPSHOTS_SQL, SNAPSHOTS_SQL, WRITE_FLUSH_SQL, WRITE_RETURNING_SQL, isJobStream, wireAppends, type LockRow } from './stream-sql.js';
 import { isAbortedTransaction, isPgError, mapError, named } from './write-errors.js';
 
 // One transaction of the key writer (src/commands/key-writer.ts), on one pipelining connection,
 // in three round trips at most:
 //   read    BEGIN; the dispatch reads (the jobs they claim name streams to lock)
-//   lock    [BEGIN;] LOCK_SQL (and, for a stream it waited for, SNAPSHOTS_SQL; DELTAS_SQL)
+//   lock    [BEGIN;] ADVISORY_SQL; LOCK_SQL (and, for a stream it waited for, SNAPSHOTS_SQL; DELTAS_SQL)
 //   commit  WRITE_*_SQL; the inline projections' statements; quarantines, snapshots, NOTIFY; COMMIT
 // Every statement of a round trip goes out at once; none of a later one is sent before the
 // earlier one's results are in, since the writer decides on them. A statement that fails aborts
@@ -87,20 +85,25 @@ export class PgWriteTransaction implements WriteTransaction {
     const after = new Map<string, number | null>();
     for (const r of requests) after.set(r.stream, r.after === undefined ? null : revisionOf(r.after));
     const streams = [...after.keys()].sort(byName);
-    const [locked] = await this.run([{ text: LOCK_SQL, values: [streams, streams.map((s) => after.get(s)), this.options.schemaVersion] }]);
+    const jobs = streams.filter(isJobStream);
+    const results = await this.run([
+      ...(jobs.length > 0 ? [{ text: ADVISORY_SQL, values: [jobs] }] : []),
+      { text: LOCK_SQL, values: [streams, streams.map((s) => after.get(s)), this.options.schemaVersion] },
+    ]);
     const found = new Map<string, { revision: number; writer: bigint; snapshot: number | null; events: RecordedEvent[] }>();
-    for (const row of locked!.rows as LockRow[]) {
+    for (const row of results.at(-1)!.rows as LockRow[]) {
       this.xid ??= BigInt(row.xid);
-      let f = found.get(row.stream);
+      let f = found.get(row.locked);
       if (f === undefined) {
-        f = { revision: Number(row.revision), writer: BigInt(row.writer), snapshot: row.snapshot_revision === null ? null : Number(row.snapshot_revision), events: [] };
-        found.set(row.stream, f);
+        f = { revision: Number(row.head), writer: BigInt(row.writer), snapshot: row.snapshot_revision === null ? null : Number(row.snapshot_revision), events: [] };
+        found.set(row.locked, f);
       }
-      if (row.stream_revision !== null) f.events.push(toRecordedEvent(row as unknown as EventRow));
+      if (row.position !== null) f.events.push(...eventsOfRow(row as unknown as LedgerRow, Math.max(after.get(row.locked) ?? -1, f.snapshot ?? -1) + 1));
     }
-    // LOCK_SQL read the events in the snapshot it started with: a stream it had to wait for (its
-    // writer committed meanwhile) comes back short of its locked revision, and so does one with
-    // a newer snapshot (whose state it does not carry). Those are read again, now that they are held.
+    // LOCK_SQL read the rows in the snapshot it started with: a stream whose row lock it had to
+    // wait for (its writer committed meanwhile) comes back short of its locked revision, and so
+    // does one with a newer snapshot (whose state it does not carry). Those are read again, now
+    // that they are held. (A job stream's advisory lock was held before LOCK_SQL started.)
     const again = streams.filter((s) => {
       const f = found.get(s);
       const from = after.get(s);
@@ -119,7 +122,9 @@ export class PgWriteTransaction implements WriteTransaction {
         snaps.set(r.stream, { stream: r.stream, revision: Number(r.revision), schemaVersion: this.options.schemaVersion, state: r.state });
       }
       for (const stream of again) found.get(stream)!.events = [];
-      for (const row of deltas!.rows as EventRow[]) found.get(row.stream)!.events.push(toRecordedEvent(row));
+      for (const row of deltas!.rows as LedgerRow[]) {
+        found.get(row.stream)!.events.push(...eventsOfRow(row, Math.max(after.get(row.stream)!, snaps.get(row.stream)?.revision ?? -1) + 1));
+      }
     }
     const out = new Map<string, LockedStream>();
     for (const stream of streams) {
@@ -140,7 +145,13 @@ export class PgWriteTransaction implements WriteTransaction {
     const statements: Statement[] = [];
     if (commit.lockFirst?.length) {
       const streams = [...new Set(commit.lockFirst)].sort(byName);
-      statements.push({ text: LOCK_SQL, values: [streams, streams.map(() => null), this.options.schemaVersion] });
+      // A job stream this commit creates is not locked: nobody else can have decided on it, and
+      // a second creator fails on appends_pkey (see WRITE_SQL). Unkeyed enqueues lock nothing.
+      const creates = new Set(commit.appends.filter((a) => a.expected === 'no_stream').map((a) => a.stream));
+      const jobs = streams.filter((s) => isJobStream(s) && !creates.has(s));
+      const rows = streams.filter((s) => !isJobStream(s));
+      if (jobs.length > 0) statements.push({ text: ADVISORY_SQL, values: [jobs] });
+      if (rows.length > 0) statements.push({ text: LOCK_ROWS_SQL, values: [rows] });
     }
     if (commit.readChecks?.length) {
       const checks = [...commit.readChecks].sort((a, b) => byName(a.stream, b.stream));
@@ -148,26 +159,19 @@ export class PgWriteTransaction implements WriteTransaction {
     }
     const written = statements.length;
     const projected: ProjectedEvent[] = [];
-    const wire: WireEvent[] = [];
-    const heads: { stream: string; expected: number; revision: number }[] = [];
-    for (const append of commit.appends) {
-      const expected = append.expected;
-      if (typeof expected !== 'number' && expected !== 'no_stream') throw new TypeError(`append to ${append.stream}: a flush appends at an exact revision`);
-      const base = revisionOf(expected);
-      heads.push({ stream: append.stream, expected: base, revision: base + append.events.length });
-      const key = keyOfStream(append.stream);
-      const handled = this.options.inline.some((p) => p.handles(append.stream));
-      append.events.forEach((e, i) => {
-        const revision = base + 1 + i;
-        const eventId = e.eventId ?? randomUUID();
-        const metadata = upcasters.stamp(e.type, e.metadata ?? {});
-        wire.push({ stream: append.stream, revision, type: e.type, data: e.data, metadata, event_id: eventId });
-        if (!handled) return;
-        const event = append.decided?.[i] ?? decodeRecorded({ stream: append.stream, revision, type: e.type, data: e.data, metadata });
-        projected.push({ event: event as KeyEvent, stream: append.stream, revision, key, commit: this.xid ?? 0n });
-      });
+    const handled = new Map<string, boolean>();
+    const { wire, uniques } = wireAppends(commit.appends, (append, i, revision, metadata) => {
+      let handles = handled.get(append.stream);
+      if (handles === undefined) handled.set(append.stream, (handles = this.options.inline.some((p) => p.handles(append.stream))));
+      if (!handles) return;
+      const e = append.events[i]!;
+      const event = append.decided?.[i] ?? decodeRecorded({ stream: append.stream, revision, type: e.type, data: e.data, metadata });
+      projected.push({ event: event as KeyEvent, stream: append.stream, revision, key: keyOfStream(append.stream), commit: this.xid ?? 0n });
+    });
+    if (wire.length > 0) {
+      const rowStreams = wire.filter((w) => !isJobStream(w.stream)).map((w) => w.stream);
+      statements.push({ text: commit.positions === true ? WRITE_RETURNING_SQL : WRITE_FLUSH_SQL, values: [JSON.stringify(wire), rowStreams, uniques] });
     }
-    if (heads.length > 0) statements.push({ text: commit.positions === true ? WRITE_RETURNING_SQL : WRITE_FLUSH_SQL, values: [JSON.stringify(heads), JSON.stringify(wire), heads.map((h) => h.stream)] });
     statements.push(...projectAll(this.options.inline, projected));
     const quarantined = (commit.quarantine ?? []).map(quarantineOf).filter((q): q is Quarantine => q !== undefined);
     if (quarantined.length > 0) statements.push(recordQuarantines(WRITER, quarantined));
@@ -177,21 +181,26 @@ export class PgWriteTransaction implements WriteTransaction {
         values: [JSON.stringify(commit.snapshots.map((s) => ({ stream: s.stream, schema_version: s.schemaVersion, revision: s.revision, state: s.state })))],
       });
     }
-    if (this.options.notifyEvents && heads.length > 0) statements.push({ text: NOTIFY_EVENTS_SQL, values: [] });
+    if (this.options.notifyEvents && wire.length > 0) statements.push({ text: NOTIFY_EVENTS_SQL, values: [] });
     statements.push({ text: 'COMMIT', values: [] });
     const results = await this.run(statements, { ending: true });
     if (results.at(-1)!.command !== 'COMMIT') throw new TransientWriteError('COMMIT rolled back');
     const handedOff = new Map<string, HandedOffJob>();
-    const positions = new Map<string, GlobalPosition>();
     statements.forEach((s, i) => {
       if (s.returns === 'handedOff') for (const job of results[i]!.rows as HandedOffJob[]) handedOff.set(job.jobId, job);
     });
-    if (heads.length > 0 && commit.positions === true) {
+    // Each written row, by stream: an event's position is its row's and its index in it.
+    const rows = new Map<string, { first: number; position: bigint; xid: bigint }>();
+    if (wire.length > 0 && commit.positions === true) {
       for (const row of results[written]!.rows as { stream: string; revision: string; position: string; xid: string }[]) {
-        positions.set(`${row.stream}\u0000${row.revision}`, { commit: BigInt(row.xid), prepare: BigInt(row.position) });
+        rows.set(row.stream, { first: Number(row.revision), position: BigInt(row.position), xid: BigInt(row.xid) });
       }
     }
-    return { handedOff, positionOf: (stream, revision) => positions.get(`${stream}\u0000${revision}`) };
+    const positionOf = (stream: string, revision: StreamRevision): GlobalPosition | undefined => {
+      const row = rows.get(stream);
+      return row === undefined || revision < row.first ? undefined : { commit: row.xid, prepare: eventPrepare(row.position, revision - row.first) };
+    };
+    return { handedOff, positionOf };
   }
 
   async quarantined(streams: readonly string[]): Promise<ReadonlySet<string>> {

@@ -1,3 +1,4 @@
+import { FACT_BITS, MAX_ROW_EVENTS } from '../../../projections/ledger-rows.js';
 import type { Queryable } from '../../../projections/transaction.js';
 import { HOLDER_STATES, holderState, type HolderState } from './holder-state.js';
 import { workerLive } from './workers.js';
@@ -56,28 +57,34 @@ export interface LedgerMetrics {
   /** The TOP_KEYS keys whose longest-parked job has waited longest, longest first. */
   readonly topWaiting: readonly RankedKey[];
   /**
-   * Rows of the events table, estimated from the catalog (pg_class.reltuples scaled to the
-   * table's current pages, as the planner does): a count(*) of the ledger would read all of it.
-   * Exact (counted) while the table was never analyzed, which only a young, small table is.
+   * Events of the live ledger, estimated: its rows (appends) from the catalog (pg_class.reltuples
+   * scaled to the table's current pages, as the planner does), times the events a row of the
+   * newest 1,000 holds: a count of the ledger would read all of it. Exact (counted) while the
+   * table was never analyzed, which only a young, small table is.
    */
   readonly ledgerEvents: number;
-  /** Bytes of the events table with its indexes and TOAST (pg_total_relation_size). */
+  /** Bytes of the live ledger (appends) with its indexes and TOAST (pg_total_relation_size). */
   readonly ledgerBytes: number;
-  /** The same two figures of events_archive: events of jobs `jobledger archive` moved out of the live table. */
+  /** The same two figures of the archive (appends_archive): events of jobs `jobledger archive` moved out of the live table. */
   readonly archivedEvents: number;
   readonly archivedBytes: number;
   readonly projectionLag: readonly ProjectionLag[];
 }
 
-/** A table's rows as the planner estimates them, counted while it was never analyzed (only a young, small table is). */
-const estimatedRows = (table: 'events' | 'events_archive'): string => `
+/**
+ * A ledger table's events as estimated (see LedgerMetrics.ledgerEvents): its rows as the planner
+ * estimates them, counted while it was never analyzed (only a young, small table is), times the
+ * events of its newest rows (appends_global_order, backwards: 1,000 index entries at most).
+ */
+const estimatedRows = (table: 'appends' | 'appends_archive'): string => `
   (SELECT CASE WHEN c.reltuples >= 0 AND c.relpages > 0
-               THEN round(c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::int))
-               ELSE (SELECT count(*) FROM ${table}) END::float8
+               THEN round(c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::int)
+                          * (SELECT coalesce(avg(cardinality(n.types)), 1) FROM (SELECT types FROM ${table} ORDER BY transaction_id DESC, position DESC LIMIT 1000) n))
+               ELSE (SELECT coalesce(sum(cardinality(types)), 0) FROM ${table}) END::float8
    FROM pg_class c WHERE c.oid = '${table}'::regclass)`;
 
 export interface LedgerSize {
-  /** Rows of the live table (events) and of events_archive, estimated as in LedgerMetrics. */
+  /** Events of the live ledger (appends) and of its archive (appends_archive), estimated as in LedgerMetrics. */
   readonly events: number;
   readonly archivedEvents: number;
   /** Bytes of each, with indexes and TOAST. */
@@ -85,10 +92,10 @@ export interface LedgerSize {
   readonly archivedBytes: number;
 }
 
-// Reads the catalog (pg_class by its oid index) and the two tables' sizes; events and
-// events_archive themselves only while never analyzed.
-export const LEDGER_SIZE_SQL = /* sql */ `SELECT ${estimatedRows('events')} AS events, ${estimatedRows('events_archive')} AS "archivedEvents",
-  pg_total_relation_size('events')::float8 AS bytes, pg_total_relation_size('events_archive')::float8 AS "archivedBytes"`;
+// Reads the catalog (pg_class by its oid index), the two tables' sizes and their newest 1,000
+// rows (appends_global_order, appends_archive_global_order); the tables themselves only while never analyzed.
+export const LEDGER_SIZE_SQL = /* sql */ `SELECT ${estimatedRows('appends')} AS events, ${estimatedRows('appends_archive')} AS "archivedEvents",
+  pg_total_relation_size('appends')::float8 AS bytes, pg_total_relation_size('appends_archive')::float8 AS "archivedBytes"`;
 
 /** The ledger's size alone (the overview's card): the catalog's figures, no scan. */
 export const readLedgerSize = async (db: Queryable): Promise<LedgerSize> => (await db.query<LedgerSize>(LEDGER_SIZE_SQL)).rows[0]!;
@@ -97,7 +104,7 @@ export const readLedgerSize = async (db: Queryable): Promise<LedgerSize> => (awa
 // parked rows alone: ranking through jl_key_stats would count every key's slots and jobs too.
 // $1: the async projections' names. Counts whole read models (jl_keys, jl_key_stats, jl_slots,
 // jl_parked, jl_limit_jobs, jl_jobs, jl_quarantined, workers); the lag reads projection_checkpoints
-// (projection_checkpoints_pkey) and the events past each checkpoint (events_global_order).
+// (projection_checkpoints_pkey) and the rows past each checkpoint (appends_global_order).
 export const LEDGER_METRICS_SQL = /* sql */ `
 WITH waiting AS MATERIALIZED (
   SELECT k.key, count(*)::int AS parked, extract(epoch FROM statement_timestamp() - min(w.since))::float8 AS "oldestParkedSeconds"
@@ -126,18 +133,23 @@ SELECT
   (SELECT count(*) FILTER (WHERE NOT ${workerLive('w')})::int FROM workers w) AS workers_gone,
   (SELECT coalesce(jsonb_agg(r ORDER BY r.parked DESC, r.key), '[]') FROM (SELECT * FROM waiting ORDER BY parked DESC, key LIMIT ${TOP_KEYS}) r) AS top_parked,
   (SELECT coalesce(jsonb_agg(r ORDER BY r."oldestParkedSeconds" DESC, r.key), '[]') FROM (SELECT * FROM waiting ORDER BY "oldestParkedSeconds" DESC, key LIMIT ${TOP_KEYS}) r) AS top_waiting,
-  ${estimatedRows('events')} AS ledger_events,
-  pg_total_relation_size('events')::float8 AS ledger_bytes,
-  ${estimatedRows('events_archive')} AS archived_events,
-  pg_total_relation_size('events_archive')::float8 AS archived_bytes,
+  ${estimatedRows('appends')} AS ledger_events,
+  pg_total_relation_size('appends')::float8 AS ledger_bytes,
+  ${estimatedRows('appends_archive')} AS archived_events,
+  pg_total_relation_size('appends_archive')::float8 AS archived_bytes,
   (SELECT coalesce(jsonb_agg(jsonb_build_object('projection', p.name, 'events', lag.events, 'seconds', lag.seconds) ORDER BY p.name), '[]')
    FROM unnest($1::text[]) AS p (name)
    LEFT JOIN projection_checkpoints c ON c.projection = p.name
+   CROSS JOIN LATERAL (SELECT coalesce(c.commit, 0)::text::xid8 AS commit, coalesce(c.prepare, 0)::bigint AS prepare) at
    CROSS JOIN LATERAL (
-     SELECT count(*)::int AS events,
-            coalesce(extract(epoch FROM statement_timestamp() - min(e.created)), 0)::float8 AS seconds
-     FROM events e
-     WHERE (e.transaction_id, e.global_position) > (coalesce(c.commit, 0)::text::xid8, coalesce(c.prepare, 0)::bigint)
+     SELECT coalesce(sum(e.n), 0)::int AS events,
+            coalesce(extract(epoch FROM statement_timestamp() - min(e.created) FILTER (WHERE e.n > 0)), 0)::float8 AS seconds
+     FROM (
+       -- The events of each row past the checkpoint: all of them, but in the row that holds it.
+       SELECT cardinality(a.types) - CASE WHEN a.position = at.prepare >> ${FACT_BITS} THEN (at.prepare & ${MAX_ROW_EVENTS - 1}) + 1 ELSE 0 END AS n, a.created
+       FROM appends a
+       WHERE (a.transaction_id, a.position) >= (at.commit, at.prepare >> ${FACT_BITS})
+     ) e
    ) lag) AS projection_lag
 FROM (SELECT count(*) FILTER (WHERE status = 'holding')::int AS holding, count(*) FILTER (WHERE status = 'parked')::int AS parked FROM jl_limit_jobs) guests`;
 

@@ -5,8 +5,8 @@ import type { Queryable } from '../../../projections/transaction.js';
 // table holds afterwards. Both count whole tables (a sequential scan, or an index-only scan of
 // the primary key): replay reads every event anyway, so a count costs a fraction of it.
 
-/** The events of the live ledger table: the total a rebuild's progress counts up to. */
-export const EVENT_COUNT_SQL = /* sql */ `SELECT count(*)::int AS n FROM events`;
+/** The events of the live ledger table (appends: one row per append, each of one event or more): the total a rebuild's progress counts up to. */
+export const EVENT_COUNT_SQL = /* sql */ `SELECT coalesce(sum(cardinality(types)), 0)::int AS n FROM appends`;
 
 export const eventCount = async (db: Queryable): Promise<number> => (await db.query<{ n: number }>(EVENT_COUNT_SQL)).rows[0]!.n;
 
