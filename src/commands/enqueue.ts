@@ -204,7 +204,7 @@ const recordFresh = async (
     // A random UUID of ours cannot have been recorded before: only given ids cost a lookup.
     const given = planned.filter((p) => p.givenId).map((p) => enqueuedEventId(p.job.jobId));
     const seen = given.length > 0 ? await options.recorded(given) : new Set<string>();
-    const batches = batchByKey(planned.filter((p) => !seen.has(enqueuedEventId(p.job.jobId))), options.metadata);
+    const batches = batchByKey(seen.size === 0 ? planned : planned.filter((p) => !p.givenId || !seen.has(enqueuedEventId(p.job.jobId))), options.metadata);
     try {
       // Atomic: a batch with one refused key (a limit other than its recorded one) writes nothing.
       const results = await handler.executeMany(batches, { atomic: true });
