@@ -22,6 +22,7 @@ import { AsyncProjectionRunner } from '../projections/runner.js';
 import { PostgresEventStore } from './eventstore/postgres/postgres-event-store.js';
 import { LedgerReader, createPool, type LedgerReaderOptions } from './ledger-reader.js';
 import { createLogger } from './logging/logger.js';
+import { ensureAppendWeeks } from './postgres/append-weeks.js';
 import { archiveFinishedJobs, type ArchiveOptions, type ArchiveResult } from './postgres/archive.js';
 import { Notifications } from './postgres/listener.js';
 import { outagesOf, waitingForDatabase, type DatabaseOutages } from './postgres/outage.js';
@@ -157,6 +158,8 @@ export class Ledger extends LedgerReader {
       const mode = await waitingForDatabase(
         async () => {
           if (options.migrate !== false) await migrate(pool);
+          // This week's partition of the ledger, and the next ones (migration 17), whoever sweeps.
+          await ensureAppendWeeks(pool);
           return projectionMode(pool, wanted);
         },
         { outages, timeoutMs: options.waitForDatabaseMs ?? 0, random, clock: Date.now },

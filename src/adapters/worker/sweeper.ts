@@ -6,6 +6,7 @@ import type { Outages } from '../../domain/ports/outages.js';
 import { AdvisoryLeader, type AdvisoryLock } from '../../projections/leader.js';
 import { recheckWriterQuarantines } from '../../projections/quarantine.js';
 import { MAX_LEASE_MS } from '../../domain/values.js';
+import { ensureAppendWeeks } from '../postgres/append-weeks.js';
 import { LEASE_GRACE_PRUNE_SQL, LEASE_GRACE_SQL } from '../postgres/queries/lease-grace.js';
 import { DATABASE_UPTIME_SQL, SWEEP_CANDIDATES_SQL, type SweepCandidate } from '../postgres/queries/sweep-candidates.js';
 
@@ -21,6 +22,9 @@ export interface SweeperOptions {
   /** Told of a failure the database's absence explains (logged once per outage there, not each sweep). */
   readonly outages?: Outages;
 }
+
+/** How often the leader makes the ledger's coming weeks (ensureAppendWeeks), by the process's own clock: the weeks are the database's. */
+const WEEKS_EVERY_MS = 3_600_000;
 
 /** Session advisory lock held by the one active sweeper. */
 const LEADER_LOCK: AdvisoryLock = { key: "hashtextextended('jobledger:sweeper', 0)", values: [] };
@@ -50,6 +54,8 @@ export class Sweeper {
   private outageSeen = false;
   /** Where each kind of candidate stopped last sweep (see SWEEP_CANDIDATES_SQL). */
   private readonly after: Record<SweepCandidate, string> = { expired: '', due: '', stranded: '' };
+  /** When (Date.now) this sweeper last made the coming weeks' partitions. */
+  private weeksMadeAt = 0;
 
   constructor(
     private readonly writer: { executeMany(items: readonly KeyCommand[]): Promise<CommandResult[]> },
@@ -85,7 +91,13 @@ export class Sweeper {
   private async tick(): Promise<void> {
     const generation = this.options.outages?.generation;
     try {
-      if (await this.lead()) await this.sweep();
+      if (await this.lead()) {
+        await this.sweep();
+        if (Date.now() - this.weeksMadeAt >= WEEKS_EVERY_MS) {
+          await ensureAppendWeeks(this.pool);
+          this.weeksMadeAt = Date.now();
+        }
+      }
     } catch (error) {
       if (this.options.outages?.failed(error, generation)) this.outageSeen = true;
       else this.log.error({ err: error }, 'sweep failed; trying again next time');

@@ -11,7 +11,7 @@ import { createReadModelProjections } from '../../../src/projections/read-models
 import { verify } from '../../../src/projections/verify.js';
 import { SEC, T0, openScriptedLedger, type ScriptedLedger } from '../../support/ledger.js';
 
-// Retention (issue 12, part 8): archive moves the rows of jobs finished before a cut out of
+// Retention (issue 12, part 8), row by row (--exact; whole weeks: ./archive-weeks.int.test.ts): archive moves the rows of jobs finished before a cut out of
 // `appends` (a row, one append, only when every job it names finished), and nothing any reader
 // of history answers changes: a key's state (folded again by a
 // ledger that has never seen it, so its lock reads the archive), `state --at` before and after
@@ -88,7 +88,7 @@ describe('archive --before', () => {
   it('a dry run counts what would move and moves nothing', async () => {
     const live = await count('events');
     const wanted = await movable();
-    const dry = await archiveFinishedJobs(s.db.pool, { before: CUT, dryRun: true });
+    const dry = await archiveFinishedJobs(s.db.pool, { before: CUT, exact: true, dryRun: true });
     expect(dry).toMatchObject({ jobs: 5, streams: wanted.streams, events: wanted.events });
     expect(dry.events).toBeGreaterThan(10);
     expect(dry.liveEvents).toBe(live - dry.events);
@@ -103,7 +103,7 @@ describe('archive --before', () => {
     // ar:a, ar:b and u1's own stream; every row of the limit key ar:t names b2 too (or is the key's own): they move next time.
     expect(wanted.streams).toBe(3);
 
-    const moved = await archiveFinishedJobs(s.db.pool, { before: CUT, streamsPerBatch: 2 });
+    const moved = await archiveFinishedJobs(s.db.pool, { before: CUT, exact: true, streamsPerBatch: 2 });
     expect(moved).toMatchObject({ jobs: 5, events: wanted.events, streams: wanted.streams, liveEvents: live - wanted.events });
     expect(moved.bytes).toBeGreaterThan(0);
     expect(await count('events_archive')).toBe(wanted.events);
@@ -178,12 +178,12 @@ describe('archive --before', () => {
   });
 
   it('a second run moves only what finished since', async () => {
-    const again = await archiveFinishedJobs(s.db.pool, { before: CUT });
+    const again = await archiveFinishedJobs(s.db.pool, { before: CUT, exact: true });
     expect(again).toMatchObject({ jobs: 0, events: 0, streams: 0 });
     // a3 and b2 (completed above); a4 still holds its slot. With them go the rows they shared with
     // jobs finished before (b1's completion promoted b2 in its row), and the limit key's rows.
     const wanted = await movable({ ...FINISHED, a3: 'key:ar:a', b2: 'key:ar:b' });
-    const later = await archiveFinishedJobs(s.db.pool, { before: T0 + 500 * SEC });
+    const later = await archiveFinishedJobs(s.db.pool, { before: T0 + 500 * SEC, exact: true });
     expect(later).toMatchObject({ ...wanted, streams: 3 });
     expect(wanted.jobs).toBe(3);
     expect(await count(`events_archive WHERE stream = 'key:ar:t'`)).toBeGreaterThan(0);

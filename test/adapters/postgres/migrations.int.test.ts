@@ -81,8 +81,10 @@ describe('migrate', () => {
     const pool = poolFor(await database());
     await migrate(pool);
     // schema_migrations is migrate()'s own bookkeeping, not part of any migration
+    // A partition of appends (a week's) is documented by its parent's columns and indexes, and by a comment of its own.
     const relations = `SELECT oid, relname FROM pg_class
-      WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'v') AND relname <> 'schema_migrations'`;
+      WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'v', 'p') AND NOT relispartition AND relname <> 'schema_migrations'`;
+    const partitions = `SELECT oid, relname FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relispartition AND relkind = 'r'`;
     const { rows } = await pool.query<{ what: string }>(`
       WITH r AS (${relations})
       SELECT r.relname || '.' || a.attname AS what
@@ -92,12 +94,16 @@ describe('migrate', () => {
       SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN r ON r.oid = x.indrelid
       WHERE obj_description(i.oid, 'pg_class') IS NULL
       UNION ALL
-      SELECT relname FROM r WHERE obj_description(oid, 'pg_class') IS NULL`);
+      SELECT relname FROM r WHERE obj_description(oid, 'pg_class') IS NULL
+      UNION ALL
+      SELECT relname FROM (${partitions}) p WHERE obj_description(oid, 'pg_class') IS NULL`);
     expect(rows.map((row) => row.what)).toEqual([]);
     // The check above must have looked at the whole schema, not at an empty one.
     const { rows: found } = await pool.query<{ relname: string }>(`WITH r AS (${relations}) SELECT relname FROM r ORDER BY relname`);
+    const { rows: weeks } = await pool.query<{ relname: string }>(`SELECT relname FROM (${partitions}) p ORDER BY relname`);
+    expect(weeks.map((r) => r.relname.replace(/\d{8}$/, 'YYYYMMDD'))).toEqual(['appends_archive_rows', 'appends_default', 'appends_wYYYYMMDD', 'appends_wYYYYMMDD', 'appends_wYYYYMMDD']);
     expect(found.map((r) => r.relname)).toEqual([
-      'appends', 'appends_archive', 'events', 'events_archive', 'jl_jobs', 'jl_key_stats', 'jl_keys', 'jl_lease_grace', 'jl_limit_jobs', 'jl_parked', 'jl_quarantined', 'jl_slots', 'ledger_appends', 'ledger_events', 'ledger_settings', 'projection_checkpoints',
+      'appends', 'appends_archive', 'events', 'events_archive', 'jl_archived_weeks', 'jl_jobs', 'jl_key_stats', 'jl_keys', 'jl_lease_grace', 'jl_limit_jobs', 'jl_parked', 'jl_quarantined', 'jl_slots', 'ledger_appends', 'ledger_events', 'ledger_settings', 'projection_checkpoints',
       'snapshots', 'streams', 'unique_event_ids', 'workers',
     ]);
   });

@@ -20,18 +20,26 @@ export const registerArchive = (program: Command, ctx: CommandContext): void => 
   program
     .command('archive')
     .description(
-      'move the events of jobs that finished before a time out of the live events table into events_archive; ' +
+      'move the events of jobs that finished before a time out of the live ledger into its archive (events_archive): ' +
+        'whole weeks (Monday to Monday, UTC) that ended by then, or with --exact every such event; ' +
         "keys' states, state --at, audit and replay --verify read both and answer as before",
     )
     .requiredOption('--before <time>', 'jobs finished before this: an ISO-8601 time, or a duration ago (30d, 12h)')
+    .option('--exact', 'also move, row by row, the events of the weeks that end after --before (slower: each row is deleted and inserted)')
     .option('--dry-run', 'count what would move; move nothing')
     .option('--json', 'machine-readable output')
-    .action(async (flags: { before: string; dryRun?: boolean; json?: boolean }) => {
+    .action(async (flags: { before: string; exact?: boolean; dryRun?: boolean; json?: boolean }) => {
       const before = cutOf(flags.before, Date.now());
-      const result = await withLedger(ctx, (ledger) => ledger.archive({ before, dryRun: flags.dryRun === true }));
-      print({ json: flags.json === true }, { before: new Date(before).toISOString(), dryRun: flags.dryRun === true, ...result }, () =>
-        `${flags.dryRun ? 'would move' : 'moved'} ${result.events} events of ${result.jobs} jobs finished before ${new Date(before).toISOString()} ` +
-        `(${megabytes(result.bytes)}, ${result.streams} streams) to events_archive; ${result.liveEvents} events ${flags.dryRun ? 'would stay' : 'stay'} live`,
-      );
+      const result = await withLedger(ctx, (ledger) => ledger.archive({ before, exact: flags.exact === true, dryRun: flags.dryRun === true }));
+      const dry = flags.dryRun === true;
+      print({ json: flags.json === true }, { before: new Date(before).toISOString(), dryRun: dry, exact: flags.exact === true, ...result }, () => {
+        const weeks = result.weeks.length === 0 ? 'no whole week' : `${result.weeks.length} whole week${result.weeks.length === 1 ? '' : 's'} (before Monday ${result.weeksBefore}, UTC)`;
+        const movedOn = result.movedOn === 0 ? '' : `; ${result.movedOn} rows of unfinished jobs ${dry ? 'would move' : 'moved'} on to this week`;
+        return (
+          `${dry ? 'would move' : 'moved'} ${result.events} events of ${result.jobs} jobs finished before ${new Date(before).toISOString()} ` +
+          `(${megabytes(result.bytes)}, ${result.streams} streams; ${weeks}${flags.exact === true ? ', the rest row by row' : ''}) to events_archive${movedOn}; ` +
+          `${result.liveEvents} events ${dry ? 'would stay' : 'stay'} live`
+        );
+      });
     });
 };

@@ -15,6 +15,10 @@ export const named = (reason: unknown, statement: Statement | undefined): unknow
   return reason;
 };
 
+// An error on appends names the week's partition the row went to (migration 17): appends_w20261130, appends_default, ...
+const APPENDS_TABLE = /^appends(_w\d{8}|_before_w\d{8}|_default)?$/;
+const APPENDS_PKEY = /^appends(_w\d{8}|_before_w\d{8}|_default)?_pkey$/;
+
 /** What a failed statement means to the writer: run again, a duplicate job id, or the error itself. */
 export const mapError = (error: unknown): unknown => {
   if (!isPgError(error)) {
@@ -26,12 +30,12 @@ export const mapError = (error: unknown): unknown => {
   // class 57P (the server shutting down or restarting: admin_shutdown, crash_shutdown,
   // cannot_connect_now) and class 08 (connection exceptions) end the session, not the flush.
   // A job stream another transaction created first fails on appends_pkey (WRITE_SQL: its creation is not locked).
-  if (error.code === '40P01' || error.code === '40001' || (error.code === '23505' && (error.constraint === 'streams_pkey' || error.constraint === 'appends_pkey'))) {
+  if (error.code === '40P01' || error.code === '40001' || (error.code === '23505' && (error.constraint === 'streams_pkey' || APPENDS_PKEY.test(error.constraint ?? '')))) {
     return new TransientWriteError(error.message);
   }
   if (isConnectionError(error)) return new TransientWriteError(error.message, { cause: error });
   // WRITE_SQL's expected-revision check: a stream that had moved on gets no claimed row.
-  if (error.code === '23502' && error.table === 'appends' && error.column === 'revision') return new StaleStateError(error.message);
+  if (error.code === '23502' && APPENDS_TABLE.test(error.table ?? '') && error.column === 'revision') return new StaleStateError(error.message);
   // READ_CHECK_SQL: a stream a decision only read moved before the commit (DETAIL names them).
   if (error.code === 'JL001') return new StaleStateError(error.message, (error.detail ?? '').split(', ').filter((s) => s !== ''));
   if (error.code === '23505' && error.constraint === 'unique_event_ids_pkey') {

@@ -72,16 +72,14 @@ export interface LedgerMetrics {
 }
 
 /**
- * A ledger table's events as estimated (see LedgerMetrics.ledgerEvents): its rows as the planner
- * estimates them, counted while it was never analyzed (only a young, small table is), times the
- * events of its newest rows (appends_global_order, backwards: 1,000 index entries at most).
+ * A ledger table's events as estimated (see LedgerMetrics.ledgerEvents), summed over its week
+ * partitions (jl_estimated_events, migration 17): a partition's rows as the planner estimates
+ * them, counted while it was never analyzed (only a young, small one is), times the events of the
+ * table's newest rows (its global order index, backwards: 1,000 index entries at most).
  */
-const estimatedRows = (table: 'appends' | 'appends_archive'): string => `
-  (SELECT CASE WHEN c.reltuples >= 0 AND c.relpages > 0
-               THEN round(c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::int)
-                          * (SELECT coalesce(avg(cardinality(n.types)), 1) FROM (SELECT types FROM ${table} ORDER BY transaction_id DESC, position DESC LIMIT 1000) n))
-               ELSE (SELECT coalesce(sum(cardinality(types)), 0) FROM ${table}) END::float8
-   FROM pg_class c WHERE c.oid = '${table}'::regclass)`;
+const estimatedRows = (table: 'appends' | 'appends_archive'): string => `jl_estimated_events('${table}')`;
+/** A partitioned ledger table's size with its indexes and TOAST: its partitions'. */
+const totalBytes = (table: 'appends' | 'appends_archive'): string => `(SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('${table}'))::float8`;
 
 export interface LedgerSize {
   /** Events of the live ledger (appends) and of its archive (appends_archive), estimated as in LedgerMetrics. */
@@ -95,7 +93,7 @@ export interface LedgerSize {
 // Reads the catalog (pg_class by its oid index), the two tables' sizes and their newest 1,000
 // rows (appends_global_order, appends_archive_global_order); the tables themselves only while never analyzed.
 export const LEDGER_SIZE_SQL = /* sql */ `SELECT ${estimatedRows('appends')} AS events, ${estimatedRows('appends_archive')} AS "archivedEvents",
-  pg_total_relation_size('appends')::float8 AS bytes, pg_total_relation_size('appends_archive')::float8 AS "archivedBytes"`;
+  ${totalBytes('appends')} AS bytes, ${totalBytes('appends_archive')} AS "archivedBytes"`;
 
 /** The ledger's size alone (the overview's card): the catalog's figures, no scan. */
 export const readLedgerSize = async (db: Queryable): Promise<LedgerSize> => (await db.query<LedgerSize>(LEDGER_SIZE_SQL)).rows[0]!;
@@ -134,9 +132,9 @@ SELECT
   (SELECT coalesce(jsonb_agg(r ORDER BY r.parked DESC, r.key), '[]') FROM (SELECT * FROM waiting ORDER BY parked DESC, key LIMIT ${TOP_KEYS}) r) AS top_parked,
   (SELECT coalesce(jsonb_agg(r ORDER BY r."oldestParkedSeconds" DESC, r.key), '[]') FROM (SELECT * FROM waiting ORDER BY "oldestParkedSeconds" DESC, key LIMIT ${TOP_KEYS}) r) AS top_waiting,
   ${estimatedRows('appends')} AS ledger_events,
-  pg_total_relation_size('appends')::float8 AS ledger_bytes,
+  ${totalBytes('appends')} AS ledger_bytes,
   ${estimatedRows('appends_archive')} AS archived_events,
-  pg_total_relation_size('appends_archive')::float8 AS archived_bytes,
+  ${totalBytes('appends_archive')} AS archived_bytes,
   (SELECT coalesce(jsonb_agg(jsonb_build_object('projection', p.name, 'events', lag.events, 'seconds', lag.seconds) ORDER BY p.name), '[]')
    FROM unnest($1::text[]) AS p (name)
    LEFT JOIN projection_checkpoints c ON c.projection = p.name

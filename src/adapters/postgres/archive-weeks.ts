@@ -1,0 +1,132 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type pg from 'pg';
+import { inTransaction } from '../../projections/transaction.js';
+import { ADVISORY_SQL, LOCK_ROWS_SQL, isJobStream } from '../eventstore/postgres/stream-sql.js';
+import { FINISHED, MOVED_FIGURES, ROW_FIGURES, doomedRow, type Moved } from './archive-rows.js';
+import { isPgError } from '../eventstore/postgres/write-errors.js';
+
+// Retention by partition (issue 22, lever 4; migration 17): a week of `appends` whose last day
+// ended before the cut leaves the live ledger whole. Its rows that name a job not finished before
+// the cut (or a key's own event: a limit, a pause) are moved on to the current week first; then
+// the week's partition is detached from `appends` and attached to `appends_archive` in one
+// transaction, without a row written: the week's other rows are its archived rows, where they
+// lie. Every reader of history reads both tables (ledger_appends), so a key's state, `state
+// --at`, the audit and `replay --verify` answer as before.
+
+/** A week partition of appends: its table and its bounds (dates, Mondays). */
+export interface Week {
+  readonly partition: string;
+  readonly from: string;
+  readonly to: string;
+}
+
+// A partition name goes into statements as an identifier: only the names migration 17 gives.
+const WEEK_PARTITION = /^appends_(before_)?w\d{8}$/;
+
+/** The week partitions of appends that end by $1 (a Monday), oldest first (appends_default is not one). */
+const WEEKS_SQL = `
+SELECT c.relname AS partition, b.m[1] AS "from", b.m[2] AS "to"
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+CROSS JOIN LATERAL (SELECT regexp_match(pg_get_expr(c.relpartbound, c.oid), $$FROM \\('([^']+)'\\) TO \\('([^']+)'\\)$$) AS m) b
+WHERE i.inhparent = 'appends'::regclass AND b.m IS NOT NULL AND b.m[2]::date <= $1::date
+ORDER BY b.m[1]::date`;
+
+export const weeksEndingBy = async (pool: pg.Pool, monday: string): Promise<Week[]> =>
+  (await pool.query<Week>(WEEKS_SQL, [monday])).rows.filter((w) => WEEK_PARTITION.test(w.partition));
+
+/** The rows of a week that must stay live: some event names no job finished before $1 (epoch ms; $2: FINISHED). */
+const staying = (week: Week): string => `FROM ${week.partition} a WHERE NOT ${doomedRow('$1', '$2')}`;
+
+/** What archiving the week would move, and how many of its rows would move on first. */
+export const countWeek = async (pool: pg.Pool, week: Week, before: number): Promise<Moved & { movedOn: number }> => {
+  const { rows } = await pool.query<Moved & { movedOn: number }>(
+    `WITH doomed AS (SELECT ${ROW_FIGURES} FROM ${week.partition} a WHERE ${doomedRow('$1', '$2')}) ${MOVED_FIGURES('doomed')},
+       (SELECT count(*)::int ${staying(week)}) AS "movedOn"`,
+    [before, FINISHED],
+  );
+  return rows[0]!;
+};
+
+// This MUST stay one statement a batch: a row leaves the week and enters the current one in a
+// step, under its stream's locks, so no reader finds it twice or not at all. The row keeps its
+// position, created and events: only its week changes.
+const MOVE_ON_SQL = (week: Week): string => `
+UPDATE appends a SET week = date_trunc('week', clock_timestamp() AT TIME ZONE 'UTC')::date
+WHERE a.stream = ANY($1::text[]) AND a.week >= '${week.from}' AND a.week < '${week.to}' AND NOT ${doomedRow('$2', '$3')}`;
+
+/** Moves the week's rows that must stay live on to the current week, a few streams per transaction (the key writer's lock order). */
+const moveOn = async (pool: pg.Pool, week: Week, before: number, streamsPerBatch: number): Promise<number> => {
+  const streams = (await pool.query<{ stream: string }>(`SELECT DISTINCT a.stream ${staying(week)} ORDER BY 1`, [before, FINISHED])).rows.map((r) => r.stream);
+  let moved = 0;
+  for (let i = 0; i < streams.length; i += streamsPerBatch) {
+    const batch = streams.slice(i, i + streamsPerBatch);
+    moved += await inTransaction(pool, async (client) => {
+      const jobs = batch.filter(isJobStream);
+      if (jobs.length > 0) await client.query(ADVISORY_SQL, [jobs]);
+      await client.query(LOCK_ROWS_SQL, [batch.filter((s) => !isJobStream(s))]);
+      return (await client.query(MOVE_ON_SQL(week), [batch, before, FINISHED])).rowCount ?? 0;
+    });
+  }
+  return moved;
+};
+
+// A key stream whose rows leave for the archive tells its writer's lock to read the archive for
+// a state built from before them (streams.archived_revision), BEFORE they leave: a mark ahead of
+// the rows only costs a read of the archive that finds nothing yet. Locked in name order, as the
+// key writer locks.
+const MARK_SQL = `
+WITH w AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS w (stream, revision)),
+locked AS (SELECT s.stream FROM streams s WHERE s.stream = ANY($1::text[]) ORDER BY s.stream FOR UPDATE)
+UPDATE streams s SET archived_revision = greatest(coalesce(s.archived_revision, -1), w.revision)
+FROM w WHERE s.stream = w.stream AND s.stream IN (SELECT stream FROM locked)`;
+
+const markArchived = async (pool: pg.Pool, week: Week): Promise<void> => {
+  const { rows } = await pool.query<{ stream: string; revision: string }>(
+    `SELECT stream, max(last_revision)::text AS revision FROM ${week.partition} WHERE NOT starts_with(stream, 'job:') GROUP BY stream ORDER BY stream`,
+  );
+  for (let i = 0; i < rows.length; i += 500) {
+    const batch = rows.slice(i, i + 500);
+    await inTransaction(pool, (client) => client.query(MARK_SQL, [batch.map((r) => r.stream), batch.map((r) => r.revision)]));
+  }
+};
+
+/** Lock waits before the detach gives up and tries again: it waits for the ledger's running transactions, and they wait for it. */
+const DETACH_TRIES = 10;
+
+/**
+ * Archives one week: moves on what must stay live, marks its key streams, and moves the
+ * partition from appends to appends_archive. Returns what it archived.
+ */
+export const archiveWeek = async (pool: pg.Pool, week: Week, before: number, streamsPerBatch: number): Promise<Moved & { movedOn: number }> => {
+  const movedOn = await moveOn(pool, week, before, streamsPerBatch);
+  await markArchived(pool, week);
+  const figures = (await pool.query<Moved>(`WITH w AS (SELECT ${ROW_FIGURES} FROM ${week.partition} a) ${MOVED_FIGURES('w')}`)).rows[0]!;
+  // The bound as a validated constraint: ATTACH then needs no scan of the week (made NOT VALID
+  // and validated apart, so that neither blocks the ledger's reads and writes while it scans).
+  const check = `${week.partition}_week`;
+  await pool.query(`ALTER TABLE ${week.partition} DROP CONSTRAINT IF EXISTS ${check}, ADD CONSTRAINT ${check} CHECK (week >= '${week.from}' AND week < '${week.to}') NOT VALID`);
+  await pool.query(`ALTER TABLE ${week.partition} VALIDATE CONSTRAINT ${check}`);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      // This MUST stay one transaction: the week leaves appends and enters appends_archive in one
+      // step (DETACH holds appends' ACCESS EXCLUSIVE lock to the COMMIT), so every reader finds
+      // its rows in exactly one of the two. Guarded by test/adapters/postgres/archive-weeks.int.test.ts.
+      await inTransaction(pool, async (client) => {
+        await client.query(`SET LOCAL lock_timeout = '2s'`);
+        await client.query(`ALTER TABLE appends DETACH PARTITION ${week.partition}`);
+        await client.query(`ALTER TABLE appends_archive ATTACH PARTITION ${week.partition} FOR VALUES FROM ('${week.from}') TO ('${week.to}')`);
+        await client.query(`COMMENT ON TABLE ${week.partition} IS 'The rows of appends inserted in the weeks from ${week.from} to ${week.to} (UTC), archived whole by jobledger archive (jl_archived_weeks): a partition of appends_archive.'`);
+        await client.query(
+          `INSERT INTO jl_archived_weeks (week_partition, week_from, week_to, cut, rows, events, moved_on)
+           VALUES ($1, $2, $3, to_timestamp($4::float8 / 1000), (SELECT count(*) FROM ${week.partition}), $5, $6)`,
+          [week.partition, week.from, week.to, before, figures.events, movedOn],
+        );
+      });
+      return { ...figures, movedOn };
+    } catch (error) {
+      // lock_not_available: a long transaction on the ledger (a rebuild, a report) holds it; let it pass.
+      if (!(isPgError(error) && error.code === '55P03') || attempt === DETACH_TRIES) throw error;
+      await sleep(500 * attempt);
+    }
+  }
+};
