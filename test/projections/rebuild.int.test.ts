@@ -184,12 +184,14 @@ describe('rebuild', () => {
     const writer = new KeyWriter(store, store, { eventId: keyEventId, clock: clock.now, logger: silentLogger });
     const heldFlush = writer.execute(keyStream('open:held'), { type: 'Enqueue', limit: 1, job: { jobId: 'open-held', name: 'a', args: null, queue: 'default', priority: 0, maxAttempts: 3, runAt: null } });
     try {
-      await waitFor('the held flush to wait', async () => (await count(db.pool, `SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted`)) === 1);
+      // The held flush's wait, by its lock: the server runs other test files' databases, whose writers wait on advisory locks too.
+      const held = `FROM pg_locks l WHERE l.locktype = 'advisory' AND l.objid = 4242 AND NOT l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`;
+      await waitFor('the held flush to wait', async () => (await count(db.pool, `SELECT count(*) AS n ${held}`)) === 1);
       await ledger.enqueue({ name: 'a', key: 'open:later', jobId: 'open-later' });
       const rebuilt = await rebuild(db.pool, createReadModelProjections());
       expect((await db.pool.query(`SELECT job_id FROM jl_jobs WHERE job_id LIKE 'open-%' ORDER BY job_id`)).rows).toEqual([{ job_id: 'open-later' }]);
       // The checkpoint stays below the open transaction: an async runner resuming there reads it once it commits.
-      const open = (await db.pool.query(`SELECT backend_xid::text AS x FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'`)).rows[0].x;
+      const open = (await db.pool.query(`SELECT a.backend_xid::text AS x FROM pg_stat_activity a WHERE a.pid = (SELECT l.pid ${held})`)).rows[0].x;
       expect(rebuilt.checkpoint.commit < BigInt(open)).toBe(true);
     } finally {
       await gate.query('SELECT pg_advisory_unlock(4242)');

@@ -23,14 +23,18 @@ import type { Migration } from './migration.js';
 //   ledger's open, the sweeper's leader once an hour, archive); a row whose week has no
 //   partition yet goes to appends_default, from which archive moves it row by row.
 
-/** The columns of both tables, as migration 16 defined them, with `week` and `archived`. */
+/**
+ * The columns of both tables, as migration 16 defined them, with `week` and `archived`. The
+ * CHECK constraints have the same names in both: ATTACH matches a partition's to its new
+ * parent's by name.
+ */
 const COLUMNS = /* sql */ `
   position       bigint NOT NULL,
   transaction_id xid8 NOT NULL DEFAULT pg_current_xact_id(),
   stream         text COLLATE "C" NOT NULL,
-  revision       bigint NOT NULL CHECK (revision >= 0),
+  revision       bigint NOT NULL CONSTRAINT appends_revision CHECK (revision >= 0),
   last_revision  bigint GENERATED ALWAYS AS (revision + cardinality(types) - 1) STORED,
-  types          text[] NOT NULL CHECK (cardinality(types) BETWEEN 1 AND 1048576),
+  types          text[] NOT NULL CONSTRAINT appends_types CHECK (cardinality(types) BETWEEN 1 AND 1048576),
   ids            uuid[] NOT NULL,
   data           jsonb NOT NULL,
   metadata       jsonb NOT NULL DEFAULT '{}',
@@ -39,7 +43,7 @@ const COLUMNS = /* sql */ `
   week           date NOT NULL,
   archived       timestamptz,
   PRIMARY KEY (stream, revision, week),
-  CHECK (cardinality(ids) = cardinality(types) AND jsonb_array_length(data) = cardinality(types)
+  CONSTRAINT appends_events CHECK (cardinality(ids) = cardinality(types) AND jsonb_array_length(data) = cardinality(types)
          AND (metadatas IS NULL OR jsonb_array_length(metadatas) = cardinality(types)))`;
 
 const ALL = 'position, transaction_id, stream, revision, types, ids, data, metadata, metadatas, created';
