@@ -3,9 +3,9 @@ import { inTransaction } from '../../projections/transaction.js';
 import { ADVISORY_SQL, LOCK_ROWS_SQL, isJobStream } from '../eventstore/postgres/stream-sql.js';
 
 // Retention row by row (migrations 0010 and 0016): the rows of jobs that finished before a cut
-// move from `appends` to `appends_archive`, stream by stream, a few streams per transaction. What
-// `archive --exact` does for the rows of weeks not archived whole (./archive-weeks.ts), and
-// `archive` for the rows of appends_default. A row holds one append (on a key stream, the events
+// move from `appends` to `appends_archive`, stream by stream, a few streams per transaction: what
+// `archive --exact` does for the rows of the weeks not archived whole (./archive-weeks.ts). A row
+// holds one append (on a key stream, the events
 // of several jobs): it moves only when every one of its events names a job finished before the
 // cut. The shared pieces of both ways are here.
 
@@ -42,20 +42,20 @@ SELECT (SELECT count(DISTINCT j.job_id) FROM ${rows} CROSS JOIN LATERAL jsonb_ar
 
 export const ROW_FIGURES = `a.stream, a.data, cardinality(a.types) AS events, pg_column_size(a.data) + pg_column_size(a.metadata) + coalesce(pg_column_size(a.metadatas), 0) AS bytes`;
 
-// The next $2 distinct streams of a live table (appends, or only its default partition) after $1,
-// by a loose index scan of its primary key: the work is the number of its streams, not of its rows.
-const NEXT_STREAMS_SQL = (table: 'appends' | 'appends_default'): string => `
+// The next $2 distinct streams of the live table after $1, by a loose index scan of its primary
+// key: the work is the number of live streams, not of live rows.
+const NEXT_STREAMS_SQL = `
 WITH RECURSIVE s (stream, n) AS (
-  (SELECT stream, 1 FROM ${table} WHERE stream > $1 ORDER BY stream LIMIT 1)
+  (SELECT stream, 1 FROM appends WHERE stream > $1 ORDER BY stream LIMIT 1)
   UNION ALL
-  SELECT (SELECT a.stream FROM ${table} a WHERE a.stream > s.stream ORDER BY a.stream LIMIT 1), s.n + 1
+  SELECT (SELECT a.stream FROM appends a WHERE a.stream > s.stream ORDER BY a.stream LIMIT 1), s.n + 1
   FROM s WHERE s.stream IS NOT NULL AND s.n < $2
 )
 SELECT stream FROM s WHERE stream IS NOT NULL`;
 
-// The archivable rows of these streams ($1) among those of the weeks before $4 (a date,
-// 'infinity' for every week); $2: the cut, $3: FINISHED.
-const DOOMED = `FROM appends a WHERE a.stream = ANY($1::text[]) AND a.week < $4::date AND ${doomedRow('$2', '$3')}`;
+// The archivable rows of these streams ($1) of the weeks from $4 on (those before leave whole,
+// ./archive-weeks.ts: a dry run must not count them twice); $2: the cut, $3: FINISHED.
+const DOOMED = `FROM appends a WHERE a.stream = ANY($1::text[]) AND a.week >= $4::date AND ${doomedRow('$2', '$3')}`;
 
 export const COUNT_ROWS_SQL = `WITH doomed AS (SELECT ${ROW_FIGURES} ${DOOMED}) ${MOVED_FIGURES('doomed')}`;
 
@@ -85,9 +85,8 @@ ${MOVED_FIGURES('archived')}`;
 
 export interface RowsOptions {
   readonly before: number;
-  /** Every live row (--exact), or only those of appends_default of the weeks archived whole (before `weeksBefore`). */
-  readonly exact: boolean;
-  readonly weeksBefore: string;
+  /** The Monday from which rows are moved one by one: the weeks before it are archived whole. */
+  readonly weeksFrom: string;
   readonly dryRun: boolean;
   readonly streamsPerBatch: number;
   readonly progress: (moved: Moved) => void;
@@ -98,10 +97,10 @@ export const archiveRows = async (pool: pg.Pool, options: RowsOptions): Promise<
   const total = { jobs: 0, events: 0, bytes: 0, streams: 0 };
   let after = '';
   for (;;) {
-    const streams = (await pool.query<{ stream: string }>(NEXT_STREAMS_SQL(options.exact ? 'appends' : 'appends_default'), [after, options.streamsPerBatch])).rows.map((r) => r.stream);
+    const streams = (await pool.query<{ stream: string }>(NEXT_STREAMS_SQL, [after, options.streamsPerBatch])).rows.map((r) => r.stream);
     if (streams.length === 0) break;
     after = streams.at(-1)!;
-    const params = [streams, options.before, FINISHED, options.exact ? 'infinity' : options.weeksBefore];
+    const params = [streams, options.before, FINISHED, options.weeksFrom];
     const moved = options.dryRun
       ? (await pool.query<Moved>(COUNT_ROWS_SQL, params)).rows[0]!
       : await inTransaction(pool, async (client) => {

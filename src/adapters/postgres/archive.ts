@@ -9,8 +9,7 @@ import { ensureAppendWeeks } from './append-weeks.js';
 // answers changes (every reader reads both: the view ledger_appends). By week (issue 22, lever
 // 4): every week that ended by T's Monday leaves whole, its partition moved from one table to the
 // other (./archive-weeks.ts), after the rows that must stay live (an unfinished job's, a key's
-// own) were moved on to the current week; the rows of such weeks that went to appends_default
-// move row by row. With `exact`, every other archivable row moves too, row by row
+// own) were moved on to the current week. With `exact`, every other archivable row moves too, row by row
 // (./archive-rows.ts), as archive did before migration 17: the cut is then T itself, at the
 // cost of a row deleted and one inserted per row.
 
@@ -74,15 +73,10 @@ const archive = async (pool: pg.Pool, options: ArchiveOptions): Promise<ArchiveR
     movedOn += done.movedOn;
     options.progress?.(total);
   }
-  const rows = await archiveRows(pool, {
-    before: options.before,
-    exact: options.exact === true,
-    weeksBefore,
-    dryRun,
-    streamsPerBatch,
-    progress: (sofar) => options.progress?.(add(total, sofar)),
-  });
-  total = add(total, rows);
+  if (options.exact === true) {
+    const rows = await archiveRows(pool, { before: options.before, weeksFrom: weeksBefore, dryRun, streamsPerBatch, progress: (sofar) => options.progress?.(add(total, sofar)) });
+    total = add(total, rows);
+  }
   const live = (await pool.query<{ n: number }>('SELECT coalesce(sum(cardinality(types)), 0)::int AS n FROM appends')).rows[0]!.n;
   return { ...total, liveEvents: dryRun ? live - total.events : live, weeks: weeks.map((w) => w.partition), weeksBefore, movedOn };
 };

@@ -101,7 +101,7 @@ describe('migrate', () => {
     // The check above must have looked at the whole schema, not at an empty one.
     const { rows: found } = await pool.query<{ relname: string }>(`WITH r AS (${relations}) SELECT relname FROM r ORDER BY relname`);
     const { rows: weeks } = await pool.query<{ relname: string }>(`SELECT relname FROM (${partitions}) p ORDER BY relname`);
-    expect(weeks.map((r) => r.relname.replace(/\d{8}$/, 'YYYYMMDD'))).toEqual(['appends_archive_rows', 'appends_default', 'appends_wYYYYMMDD', 'appends_wYYYYMMDD', 'appends_wYYYYMMDD']);
+    expect(weeks.map((r) => r.relname.replace(/\d{8}$/, 'YYYYMMDD'))).toEqual(['appends_archive_rows', 'appends_wYYYYMMDD', 'appends_wYYYYMMDD']);
     expect(found.map((r) => r.relname)).toEqual([
       'appends', 'appends_archive', 'events', 'events_archive', 'jl_archived_weeks', 'jl_jobs', 'jl_key_stats', 'jl_keys', 'jl_lease_grace', 'jl_limit_jobs', 'jl_parked', 'jl_quarantined', 'jl_slots', 'ledger_appends', 'ledger_events', 'ledger_settings', 'projection_checkpoints',
       'snapshots', 'streams', 'unique_event_ids', 'workers',

@@ -15,9 +15,12 @@ export const named = (reason: unknown, statement: Statement | undefined): unknow
   return reason;
 };
 
-// An error on appends names the week's partition the row went to (migration 17): appends_w20261130, appends_default, ...
-const APPENDS_TABLE = /^appends(_w\d{8}|_before_w\d{8}|_default)?$/;
-const APPENDS_PKEY = /^appends(_w\d{8}|_before_w\d{8}|_default)?_pkey$/;
+// An error on appends names the week's partition the row went to (migration 17): appends_w20261130, ...
+const APPENDS_TABLE = /^appends(_w\d{8}|_before_w\d{8})?$/;
+const APPENDS_PKEY = /^appends(_w\d{8}|_before_w\d{8})?_pkey$/;
+
+/** An append whose week has no partition of appends yet (migration 17): make the weeks, then run it again. */
+export const isMissingWeek = (error: unknown): boolean => isPgError(error) && error.code === '23514' && error.table === 'appends' && /no partition/.test(error.message);
 
 /** What a failed statement means to the writer: run again, a duplicate job id, or the error itself. */
 export const mapError = (error: unknown): unknown => {
@@ -33,7 +36,7 @@ export const mapError = (error: unknown): unknown => {
   if (error.code === '40P01' || error.code === '40001' || (error.code === '23505' && (error.constraint === 'streams_pkey' || APPENDS_PKEY.test(error.constraint ?? '')))) {
     return new TransientWriteError(error.message);
   }
-  if (isConnectionError(error)) return new TransientWriteError(error.message, { cause: error });
+  if (isConnectionError(error) || isMissingWeek(error)) return new TransientWriteError(error.message, { cause: error });
   // WRITE_SQL's expected-revision check: a stream that had moved on gets no claimed row.
   if (error.code === '23502' && APPENDS_TABLE.test(error.table ?? '') && error.column === 'revision') return new StaleStateError(error.message);
   // READ_CHECK_SQL: a stream a decision only read moved before the commit (DETAIL names them).

@@ -24,10 +24,11 @@ import type { ProjectedEvent, Projection, Statement } from '../../../projections
 import { keyOfStream } from '../../../projections/projection.js';
 import { WRITER, quarantineOf, recordQuarantines, type Quarantine } from '../../../projections/quarantine.js';
 import { projectAll, statementName } from '../../../projections/apply.js';
+import { ENSURE_WEEKS_SQL } from '../../postgres/append-weeks.js';
 import { claimStatement } from '../../queue/job-queue.js';
 import { eventPrepare, eventsOfRow, type LedgerRow } from '../../../projections/ledger-rows.js';
 import { ADVISORY_SQL, BEGIN_SQL, DELTAS_SQL, LOCK_ROWS_SQL, LOCK_SQL, NOTIFY_EVENTS_SQL, QUARANTINED_SQL, READ_CHECK_SQL, SAVE_SNAPSHOTS_SQL, SNAPSHOTS_SQL, WRITE_FLUSH_SQL, WRITE_RETURNING_SQL, isJobStream, wireAppends, type LockRow } from './stream-sql.js';
-import { isAbortedTransaction, isPgError, mapError, named } from './write-errors.js';
+import { isAbortedTransaction, isMissingWeek, isPgError, mapError, named } from './write-errors.js';
 
 // One transaction of the key writer (src/commands/key-writer.ts), on one pipelining connection,
 // in three round trips at most:
@@ -231,6 +232,11 @@ export class PgWriteTransaction implements WriteTransaction {
       this.ended = true;
       // A COMMIT that never answered leaves the transaction's fate unknown and the connection unusable.
       if (settled.some((r) => r.status === 'rejected' && !isPgError(r.reason))) this.broken = true;
+      // The week's partition is missing (no process of the ledger opened or swept for a week):
+      // the transaction is over (rolled back); make the weeks, and the writer runs it again.
+      if (!this.broken && settled.some((r) => r.status === 'rejected' && isMissingWeek(r.reason))) {
+        await this.client.query(ENSURE_WEEKS_SQL).catch(() => (this.broken = true));
+      }
       this.release();
     }
     const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected' && !isAbortedTransaction(r.reason)) ??

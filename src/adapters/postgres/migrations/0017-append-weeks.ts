@@ -5,7 +5,7 @@ import type { Migration } from './migration.js';
 // archive` moves a whole week out of the live ledger by detaching its partition from `appends`
 // and attaching it to `appends_archive`, in one transaction and without rewriting a row (only
 // the rows of jobs still unfinished are moved on to the current week first). The old one-by-one
-// move stays for `archive --exact` and for rows of the default partition.
+// move stays for `archive --exact`.
 // - Positions come from a sequence: a partitioned table has no identity column before
 //   PostgreSQL 17.
 // - A primary key of a partitioned table must hold its partition key: `(stream, revision, week)`.
@@ -19,9 +19,13 @@ import type { Migration } from './migration.js';
 //   backwards in revision order, and a week that has ended receives no row again.
 // - Existing rows: live ones go to one partition holding every week before this one, archived
 //   ones (moved one by one, as --exact still does) to appends_archive_rows, their week
-//   '-infinity'. Weeks are created ahead by jl_ensure_append_weeks (this migration, every
-//   ledger's open, the sweeper's leader once an hour, archive); a row whose week has no
-//   partition yet goes to appends_default, from which archive moves it row by row.
+//   '-infinity'.
+// - Weeks are made ahead by jl_ensure_append_weeks (this migration, every ledger's open, the
+//   sweeper's leader once an hour, archive): this week and the next. There is no default
+//   partition: every statement on appends opens each partition, so each one costs every flush
+//   (measured: 4 partitions cost 2–6% of the peer bench's jobs/s against none). A write that
+//   finds its week missing (no process opened or swept for a week) fails, makes the weeks and
+//   is run again (write-transaction.ts).
 
 /**
  * The columns of both tables, as migration 16 defined them, with `week` and `archived`. The
@@ -68,7 +72,7 @@ const COLUMN_COMMENTS: Record<string, string> = {
   metadata: "Context of the write (who, why, correlation ids): every event's metadata, unless metadatas says otherwise.",
   metadatas: "Each event's own metadata, in order, when they are not all the same (NULL when they are: then metadata is each one's).",
   created: "Start time of the writing transaction (the events' recorded time).",
-  week: "The partition key: the Monday (UTC) of the week the row was inserted in (clock_timestamp(), so never earlier than the stream's previous row's), or of the current week for a row of an unfinished job that archive moved on out of a week it archived; '-infinity' for a row moved into the archive by itself (archive --exact, the default partition, or before migration 17).",
+  week: "The partition key: the Monday (UTC) of the week the row was inserted in (clock_timestamp(), so never earlier than the stream's previous row's), or of the current week for a row of an unfinished job that archive moved on out of a week it archived; '-infinity' for a row moved into the archive by itself (archive --exact, or before migration 17).",
   archived: "When jobledger archive moved this row into the archive by itself; NULL for a row archived with its whole week (jl_archived_weeks says when) and for every live row.",
 };
 const comments = (table: string, how: (column: string) => string): string =>
@@ -109,16 +113,13 @@ ALTER TABLE appends ALTER COLUMN position SET DEFAULT nextval('appends_position'
 ALTER TABLE appends ALTER COLUMN week SET DEFAULT date_trunc('week', clock_timestamp() AT TIME ZONE 'UTC')::date;
 ALTER SEQUENCE appends_position OWNED BY appends.position;
 COMMENT ON TABLE appends IS
-  'The ledger: one row per append to one stream (a flush appends at most once per stream), its events in order. Append-only but for archive (which moves an unfinished job''s rows on to the current week before it archives their week). Partitioned by week: a partition per week (appends_wYYYYMMDD, its Monday), created ahead by jl_ensure_append_weeks, archived whole; appends_default takes a row whose week has none. Global order is (transaction_id, position, index in the row); read it only below pg_snapshot_xmin(pg_current_snapshot()). The view events shows one row per event.';
+  'The ledger: one row per append to one stream (a flush appends at most once per stream), its events in order. Append-only but for archive (which moves an unfinished job''s rows on to the current week before it archives their week). Partitioned by week: a partition per week (appends_wYYYYMMDD, its Monday), made ahead by jl_ensure_append_weeks, archived whole. Global order is (transaction_id, position, index in the row); read it only below pg_snapshot_xmin(pg_current_snapshot()). The view events shows one row per event.';
 ${comments('appends', (c) => COLUMN_COMMENTS[c]!)}
 COMMENT ON INDEX appends_pkey IS
   'A stream''s rows in revision order, merged across the weeks (the writer''s catch-up, readStream, a job stream''s last row), and (C collation) the streams of a prefix by range; forbids two rows of one stream at one revision within a week.';
 CREATE INDEX appends_global_order ON appends (transaction_id, position);
 COMMENT ON INDEX appends_global_order IS
   'Catch-up reads of all streams in global order, resuming from the row of a (transaction_id, global position).';
-CREATE TABLE appends_default PARTITION OF appends DEFAULT;
-COMMENT ON TABLE appends_default IS
-  'The rows inserted in a week that had no partition of its own yet (jl_ensure_append_weeks had not run): kept here for good, archived row by row. Normally empty.';
 
 CREATE TABLE appends_archive (${COLUMNS}) PARTITION BY RANGE (week);
 -- A row inserted here is one moved by itself (archive's row-by-row move names both anyway).
@@ -133,7 +134,7 @@ COMMENT ON INDEX appends_archive_global_order IS
   'Global order, as appends_global_order: readAll and a rebuild walk both tables from a position, merged.';
 CREATE TABLE appends_archive_rows PARTITION OF appends_archive FOR VALUES FROM (MINVALUE) TO ('0001-01-01');
 COMMENT ON TABLE appends_archive_rows IS
-  'The rows archive moved into the archive one by one (archive --exact, rows of appends_default, and every row archived before migration 17): week ''-infinity''.';
+  'The rows archive moved into the archive one by one (archive --exact, and every row archived before migration 17): week ''-infinity''.';
 
 INSERT INTO appends_archive (${ALL}, week, archived)
 SELECT ${ALL}, '-infinity', archived FROM appends_archive_16;
@@ -160,9 +161,8 @@ COMMENT ON COLUMN jl_archived_weeks.events IS 'Events it holds.';
 COMMENT ON COLUMN jl_archived_weeks.moved_on IS 'Rows of jobs not finished before the cut that archive moved on from it to the current week first.';
 COMMENT ON INDEX jl_archived_weeks_pkey IS 'One entry per archived partition.';
 
--- Creates the partitions of appends for this week and the next ahead ones, each with a comment,
--- but never one for a week some rows of appends_default already hold (they stay there). Creates
--- each empty and attaches it: ATTACH takes a SHARE UPDATE EXCLUSIVE lock on appends, which does
+-- Creates the partitions of appends for this week and the next ahead ones, each with a comment.
+-- Creates each empty and attaches it: ATTACH takes a SHARE UPDATE EXCLUSIVE lock on appends, which does
 -- not wait for (or block) the ledger's reads and writes, where CREATE TABLE … PARTITION OF would
 -- take an ACCESS EXCLUSIVE one. Serialised by an advisory lock: two callers at once create each
 -- week once. Returns how many it created.
@@ -176,7 +176,7 @@ BEGIN
   FOR i IN 0..ahead LOOP
     w := date_trunc('week', (clock_timestamp() AT TIME ZONE 'UTC') + make_interval(weeks => i))::date;
     part := 'appends_w' || to_char(w, 'YYYYMMDD');
-    CONTINUE WHEN to_regclass(part) IS NOT NULL OR EXISTS (SELECT FROM appends_default d WHERE d.week >= w AND d.week < w + 7);
+    CONTINUE WHEN to_regclass(part) IS NOT NULL;
     EXECUTE format('CREATE TABLE %I (LIKE appends INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS)', part);
     EXECUTE format('ALTER TABLE appends ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)', part, w, w + 7);
     EXECUTE format('COMMENT ON TABLE %I IS %L', part, format('The rows of appends inserted in the week from Monday %s (UTC): a partition of appends, which jobledger archive moves whole to appends_archive.', w));
@@ -229,9 +229,10 @@ BEGIN
   END IF;
 END
 $$;
-SELECT jl_ensure_append_weeks(2);
+SELECT jl_ensure_append_weeks(1);
+-- A row created after this week's Monday (a clock ahead) is put in this week.
 INSERT INTO appends (${ALL}, week)
-SELECT ${ALL}, greatest(date_trunc('week', created AT TIME ZONE 'UTC')::date, '0001-01-01') FROM appends_16;
+SELECT ${ALL}, least(greatest(date_trunc('week', created AT TIME ZONE 'UTC')::date, '0001-01-01'), date_trunc('week', clock_timestamp() AT TIME ZONE 'UTC')::date) FROM appends_16;
 
 DROP TABLE appends_16;
 DROP TABLE appends_archive_16;
