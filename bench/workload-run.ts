@@ -42,6 +42,8 @@ export interface RunConfig {
   readonly sampleMs: number;
   /** Also count the row versions each table took during the run (pg_stat_user_tables deltas: bench/rows.bench.ts). */
   readonly rows?: boolean;
+  /** Run on the run's database once its workers and producer have gone (bench/rows.bench.ts --archive); its answer is the result's `after`. */
+  readonly afterRun?: (url: string) => Promise<unknown>;
 }
 
 /** What the run did to one table: tuples inserted, updated (HOT ones among them) and deleted, and its indexes. */
@@ -83,6 +85,8 @@ export type Measured = Metrics & {
   readonly sampledActive: Sampled | null;
   /** With RunConfig.rows: each table the run wrote, by the counters' deltas. */
   readonly tables?: readonly TableRows[];
+  /** RunConfig.afterRun's answer. */
+  readonly after?: unknown;
 };
 
 export type RunResult = RunBase & { readonly runSeconds: number; readonly errorCount: number; readonly errors: readonly string[] } & (
@@ -130,16 +134,18 @@ interface Xact {
 /**
  * Each table's counters, read on a connection to the run's database (pg_stat_user_tables is per
  * database), opened and closed here: read when no other session is connected, so every backend
- * has flushed its statistics.
+ * has flushed its statistics. A partition's (a week of appends) count as its parent's, unless
+ * `byPartition` (archive moves a week from one parent to the other).
  */
-const readTables = async (url: string): Promise<Map<string, TableRows>> => {
+export const readTables = async (url: string, { byPartition = false } = {}): Promise<Map<string, TableRows>> => {
   const client = new pg.Client({ connectionString: url, application_name: 'jobledger-bench-rows' });
   await client.connect();
   try {
     const { rows } = await client.query<{ table: string; ins: string; upd: string; hot: string; del: string; indexes: number }>(
-      `SELECT t.relname AS table, t.n_tup_ins AS ins, t.n_tup_upd AS upd, t.n_tup_hot_upd AS hot, t.n_tup_del AS del,
-              (SELECT count(*)::int FROM pg_index i WHERE i.indrelid = t.relid) AS indexes
-       FROM pg_stat_user_tables t`,
+      `SELECT ${byPartition ? 't.relname' : 'coalesce(p.inhparent::regclass::text, t.relname)'} AS table, sum(t.n_tup_ins) AS ins, sum(t.n_tup_upd) AS upd, sum(t.n_tup_hot_upd) AS hot, sum(t.n_tup_del) AS del,
+              max((SELECT count(*)::int FROM pg_index i WHERE i.indrelid = t.relid)) AS indexes
+       FROM pg_stat_user_tables t LEFT JOIN pg_inherits p ON p.inhrelid = t.relid
+       GROUP BY 1`,
     );
     return new Map(rows.map((r) => [r.table, { table: r.table, inserted: Number(r.ins), updated: Number(r.upd), hotUpdated: Number(r.hot), deleted: Number(r.del), indexes: r.indexes }]));
   } finally {
@@ -147,7 +153,7 @@ const readTables = async (url: string): Promise<Map<string, TableRows>> => {
   }
 };
 
-const tableDeltas = (before: ReadonlyMap<string, TableRows>, after: ReadonlyMap<string, TableRows>): TableRows[] =>
+export const tableDeltas = (before: ReadonlyMap<string, TableRows>, after: ReadonlyMap<string, TableRows>): TableRows[] =>
   [...after.values()]
     .map((a) => {
       const b = before.get(a.table);
@@ -407,6 +413,7 @@ const measure = async (x: Context): Promise<Measured> => {
   if (left2 > 0) onError(`${left2} sessions still connected at the end; the commit count may be incomplete`);
   const x1 = await readXact(admin, db);
   const tables = t0 === undefined ? undefined : tableDeltas(t0, await readTables(url));
+  const after = cfg.afterRun === undefined ? undefined : await cfg.afterRun(url);
 
   const metrics = computeMetrics(readRecords(children.map((c) => c.recordFile)), w, timed.enqueueStartNs, timed.enqueueEndNs);
   const samplerCommits = x.sampler?.commits() ?? 0;
@@ -420,6 +427,7 @@ const measure = async (x: Context): Promise<Measured> => {
     samplerCommitsExcluded: samplerCommits,
     sampledActive: x.sampler?.result() ?? null,
     ...(tables === undefined ? {} : { tables }),
+    ...(after === undefined ? {} : { after }),
   };
 };
 
