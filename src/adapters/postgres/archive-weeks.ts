@@ -23,16 +23,29 @@ export interface Week {
 // A partition name goes into statements as an identifier: only the names migration 17 gives.
 const WEEK_PARTITION = /^appends_(before_)?w\d{8}$/;
 
-/** The week partitions of appends that end by $1 (a Monday), oldest first (appends_default is not one). */
-const WEEKS_SQL = `
+/** The week partitions of appends (appends_wYYYYMMDD, appends_before_wYYYYMMDD) and their bounds, from the catalog. */
+const LIVE_WEEKS = `
 SELECT c.relname AS partition, b.m[1] AS "from", b.m[2] AS "to"
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 CROSS JOIN LATERAL (SELECT regexp_match(pg_get_expr(c.relpartbound, c.oid), $$FROM \\('([^']+)'\\) TO \\('([^']+)'\\)$$) AS m) b
-WHERE i.inhparent = 'appends'::regclass AND b.m IS NOT NULL AND b.m[2]::date <= $1::date
-ORDER BY b.m[1]::date`;
+WHERE i.inhparent = 'appends'::regclass AND b.m IS NOT NULL`;
 
+/** The week partitions of appends that end by `monday`, oldest first. */
 export const weeksEndingBy = async (pool: pg.Pool, monday: string): Promise<Week[]> =>
-  (await pool.query<Week>(WEEKS_SQL, [monday])).rows.filter((w) => WEEK_PARTITION.test(w.partition));
+  (await pool.query<Week>(`SELECT * FROM (${LIVE_WEEKS}) w WHERE "to"::date <= $1::date ORDER BY "from"::date`, [monday])).rows.filter((w) => WEEK_PARTITION.test(w.partition));
+
+/**
+ * Where a run that archives the weeks ending by `monday` moves on what must stay live: the first
+ * week it leaves (the oldest partition ending after `monday`; for the partition of the weeks
+ * before migration 17, `monday` itself, which it holds).
+ */
+export const moveOnWeek = async (pool: pg.Pool, monday: string): Promise<string> =>
+  (
+    await pool.query<{ week: string }>(
+      `SELECT to_char(greatest("from"::date, $1::date), 'YYYY-MM-DD') AS week FROM (${LIVE_WEEKS}) w WHERE "to"::date > $1::date ORDER BY "from"::date LIMIT 1`,
+      [monday],
+    )
+  ).rows[0]?.week ?? monday;
 
 /** The rows of a week that must stay live: some event names no job finished before $1 (epoch ms; $2: FINISHED). */
 const staying = (week: Week): string => `FROM ${week.partition} a WHERE NOT ${doomedRow('$1', '$2')}`;
@@ -47,15 +60,19 @@ export const countWeek = async (pool: pg.Pool, week: Week, before: number): Prom
   return rows[0]!;
 };
 
-// This MUST stay one statement a batch: a row leaves the week and enters the current one in a
-// step, under its stream's locks, so no reader finds it twice or not at all. The row keeps its
-// position, created and events: only its week changes.
+// This MUST stay one statement a batch: a row leaves the week and enters the week $4 in a step,
+// under its stream's locks, so no reader finds it twice or not at all. The row keeps its
+// position, created and events: only its week changes. $4 is the first week this run leaves live
+// (moveOnWeek), never a later one: a job stream's rows must stay in weeks that do not go back in
+// revision order, so that its archived rows are always its first ones (the readers of a job
+// stream read the archive only below its first live row: stream-sql.ts rowsAfter). Guarded by
+// test/adapters/postgres/archive-weeks.int.test.ts ("a job stream … across weeks").
 const MOVE_ON_SQL = (week: Week): string => `
-UPDATE appends a SET week = date_trunc('week', clock_timestamp() AT TIME ZONE 'UTC')::date
+UPDATE appends a SET week = $4::date
 WHERE a.stream = ANY($1::text[]) AND a.week >= '${week.from}' AND a.week < '${week.to}' AND NOT ${doomedRow('$2', '$3')}`;
 
-/** Moves the week's rows that must stay live on to the current week, a few streams per transaction (the key writer's lock order). */
-const moveOn = async (pool: pg.Pool, week: Week, before: number, streamsPerBatch: number): Promise<number> => {
+/** Moves the week's rows that must stay live on to the week `to`, a few streams per transaction (the key writer's lock order). */
+const moveOn = async (pool: pg.Pool, week: Week, to: string, before: number, streamsPerBatch: number): Promise<number> => {
   const streams = (await pool.query<{ stream: string }>(`SELECT DISTINCT a.stream ${staying(week)} ORDER BY 1`, [before, FINISHED])).rows.map((r) => r.stream);
   let moved = 0;
   for (let i = 0; i < streams.length; i += streamsPerBatch) {
@@ -64,7 +81,7 @@ const moveOn = async (pool: pg.Pool, week: Week, before: number, streamsPerBatch
       const jobs = batch.filter(isJobStream);
       if (jobs.length > 0) await client.query(ADVISORY_SQL, [jobs]);
       await client.query(LOCK_ROWS_SQL, [batch.filter((s) => !isJobStream(s))]);
-      return (await client.query(MOVE_ON_SQL(week), [batch, before, FINISHED])).rowCount ?? 0;
+      return (await client.query(MOVE_ON_SQL(week), [batch, before, FINISHED, to])).rowCount ?? 0;
     });
   }
   return moved;
@@ -97,8 +114,8 @@ const DETACH_TRIES = 10;
  * Archives one week: moves on what must stay live, marks its key streams, and moves the
  * partition from appends to appends_archive. Returns what it archived.
  */
-export const archiveWeek = async (pool: pg.Pool, week: Week, before: number, streamsPerBatch: number): Promise<Moved & { movedOn: number }> => {
-  const movedOn = await moveOn(pool, week, before, streamsPerBatch);
+export const archiveWeek = async (pool: pg.Pool, week: Week, to: string, before: number, streamsPerBatch: number): Promise<Moved & { movedOn: number }> => {
+  const movedOn = await moveOn(pool, week, to, before, streamsPerBatch);
   await markArchived(pool, week);
   const figures = (await pool.query<Moved>(`WITH w AS (SELECT ${ROW_FIGURES} FROM ${week.partition} a) ${MOVED_FIGURES('w')}`)).rows[0]!;
   // The bound as a validated constraint: ATTACH then needs no scan of the week (made NOT VALID

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { withClient } from '../../projections/with-client.js';
 import { archiveRows, type Moved } from './archive-rows.js';
-import { archiveWeek, countWeek, weeksEndingBy } from './archive-weeks.js';
+import { archiveWeek, countWeek, moveOnWeek, weeksEndingBy } from './archive-weeks.js';
 import { ensureAppendWeeks } from './append-weeks.js';
 
 // Retention: `jobledger archive --before T` moves the events of jobs finished before T out of the
@@ -9,7 +9,7 @@ import { ensureAppendWeeks } from './append-weeks.js';
 // answers changes (every reader reads both: the view ledger_appends). By week (issue 22, lever
 // 4): every week that ended by T's Monday leaves whole, its partition moved from one table to the
 // other (./archive-weeks.ts), after the rows that must stay live (an unfinished job's, a key's
-// own) were moved on to the current week. With `exact`, every other archivable row moves too, row by row
+// own) were moved on to the first week it leaves live. With `exact`, every other archivable row moves too, row by row
 // (./archive-rows.ts), as archive did before migration 17: the cut is then T itself, at the
 // cost of a row deleted and one inserted per row.
 
@@ -35,7 +35,7 @@ export interface ArchiveResult extends Moved {
   readonly weeks: readonly string[];
   /** The Monday (UTC, YYYY-MM-DD) before which whole weeks were archived: the Monday of T's week. */
   readonly weeksBefore: string;
-  /** Rows of unfinished jobs (or a key's own) moved on out of the archived weeks to the current one. */
+  /** Rows of unfinished jobs (or a key's own) moved on out of the archived weeks to the first week left live. */
   readonly movedOn: number;
 }
 
@@ -65,10 +65,11 @@ const archive = async (pool: pg.Pool, options: ArchiveOptions): Promise<ArchiveR
     )
   ).rows[0]!;
   const weeks = await weeksEndingBy(pool, weeksBefore);
+  const to = weeks.length === 0 ? weeksBefore : await moveOnWeek(pool, weeksBefore);
   let total: Moved = { jobs: 0, events: 0, bytes: 0, streams: 0 };
   let movedOn = 0;
   for (const week of weeks) {
-    const done = dryRun ? await countWeek(pool, week, options.before) : await archiveWeek(pool, week, options.before, streamsPerBatch);
+    const done = dryRun ? await countWeek(pool, week, options.before) : await archiveWeek(pool, week, to, options.before, streamsPerBatch);
     total = add(total, done);
     movedOn += done.movedOn;
     options.progress?.(total);

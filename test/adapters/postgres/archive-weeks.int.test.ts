@@ -242,3 +242,56 @@ describe('archive --before, by week', () => {
     }
   });
 });
+
+describe('archive by week, regression', () => {
+  it("issue 22: a job stream's rows across weeks stay in revision order when an unfinished job's rows move on: its history reads whole after its later week is archived", async () => {
+    const t = await openScriptedLedger();
+    try {
+      const sql = async (text: string, values: unknown[] = []) => (await t.db.pool.query(text, values)).rows;
+      const week = async (from: string, to: string) => {
+        const part = `appends_w${from.replaceAll('-', '')}`;
+        await sql(`CREATE TABLE ${part} (LIKE appends INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS)`);
+        await sql(`ALTER TABLE appends ATTACH PARTITION ${part} FOR VALUES FROM ('${from}') TO ('${to}')`);
+      };
+      // u3's enqueue five weeks ago, its start four weeks ago (a retry later), its end this week.
+      await week(monday(5), monday(4));
+      await week(monday(4), monday(3));
+      t.at(T0);
+      await t.ledger.enqueue({ name: 'work', jobId: 'u3' });
+      await sql(`UPDATE appends SET week = $1 WHERE stream = 'job:u3'`, [monday(5)]);
+      expect(E.isRight(await t.ledger.execute(jobStream('u3'), { type: 'Start', jobId: 'u3', leaseId: 'u3:1', workerId: 'w1' }))).toBe(true);
+      await sql(`UPDATE appends SET week = $1 WHERE stream = 'job:u3' AND week = $2`, [monday(4), monday(0)]);
+      // A cut inside the week four weeks back: only the week five weeks back ends by its Monday; u3 is unfinished.
+      const first = await archiveFinishedJobs(t.db.pool, { before: Date.parse(`${monday(4)}T12:00:00Z`) });
+      expect(first).toMatchObject({ weeks: [`appends_w${monday(5).replaceAll('-', '')}`], events: 0, movedOn: 1 });
+      // Moved on to the first week that run left live (four weeks back), before u3's later row, not to this week.
+      expect(await sql(`SELECT revision::int, week::text FROM appends WHERE stream = 'job:u3' ORDER BY revision`)).toEqual([
+        { revision: 0, week: monday(4) },
+        { revision: 2, week: monday(4) },
+      ]);
+      t.at(T0 + 10 * SEC);
+      expect(E.isRight(await t.ledger.execute(jobStream('u3'), { type: 'Complete', jobId: 'u3', leaseId: 'u3:1' }))).toBe(true);
+      await t.ledger.drain();
+      const read = async () => (await t.ledger.store.readStream(jobStream('u3'))).map((e) => `${e.revision}:${e.type}`);
+      const whole = await read();
+      const audit = await t.ledger.audit({ jobId: 'u3' });
+      const second = await archiveFinishedJobs(t.db.pool, { before: Date.now() });
+      expect(second.weeks).toEqual([`appends_w${monday(4).replaceAll('-', '')}`]);
+      expect(await sql(`SELECT revision::int FROM appends WHERE stream = 'job:u3'`)).toEqual([{ revision: 3 }]);
+      expect(await read()).toEqual(whole);
+      expect(whole.length).toBeGreaterThan(3);
+      expect(await t.ledger.audit({ jobId: 'u3' })).toEqual(audit);
+      const fresh = await createLedger({ pool: t.db.pool, migrate: false, clock: () => T0 + 20 * SEC, logger: silentLogger });
+      try {
+        const [again] = await fresh.enqueueMany([{ name: 'work', jobId: 'u3' }]);
+        expect(again!.status).toBe('duplicate');
+      } finally {
+        await fresh.close();
+      }
+      const verified = await verify(t.db.pool, createReadModelProjections());
+      expect(verified.differences).toEqual([]);
+    } finally {
+      await t.close();
+    }
+  });
+});

@@ -52,8 +52,9 @@ const jobHead = (stream: string, when: string): string => `
  * The rows of a stream holding revisions after `after`, live and archived, in order. The archive
  * is read only where it may hold some (a one-time filter the planner checks before touching it):
  * a key stream whose newest archived revision (streams.archived_revision) is past `after`; a job
- * stream whose live rows start after it (archive moves a job stream's rows all at once, so its
- * live rows are the stream's last ones). Only where `when` holds (another one-time filter): a
+ * stream whose live rows start after it (a job stream's archived rows are always its first ones:
+ * --exact moves them all at once, and by week archive moves weeks in order and moves a row it
+ * leaves live on to the first week it leaves, never past the stream's later rows). Only where `when` holds (another one-time filter): a
  * flush on a stream its writer holds reads no row at all, and never the archive.
  */
 const rowsAfter = (s: { stream: string; after: string; archived: string; job: string; when: string }): string => `

@@ -72,7 +72,7 @@ const COLUMN_COMMENTS: Record<string, string> = {
   metadata: "Context of the write (who, why, correlation ids): every event's metadata, unless metadatas says otherwise.",
   metadatas: "Each event's own metadata, in order, when they are not all the same (NULL when they are: then metadata is each one's).",
   created: "Start time of the writing transaction (the events' recorded time).",
-  week: "The partition key: the Monday (UTC) of the week the row was inserted in (clock_timestamp(), so never earlier than the stream's previous row's), or of the current week for a row of an unfinished job that archive moved on out of a week it archived; '-infinity' for a row moved into the archive by itself (archive --exact, or before migration 17).",
+  week: "The partition key: the Monday (UTC) of the week the row was inserted in (clock_timestamp(), so never earlier than the stream's previous row's), or, for a row of an unfinished job that archive moved on out of a week it archived, the first week that run left live; '-infinity' for a row moved into the archive by itself (archive --exact, or before migration 17).",
   archived: "When jobledger archive moved this row into the archive by itself; NULL for a row archived with its whole week (jl_archived_weeks says when) and for every live row.",
 };
 const comments = (table: string, how: (column: string) => string): string =>
