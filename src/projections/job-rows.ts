@@ -229,6 +229,16 @@ const finishReason = (event: KeyEvent): string | null => {
   }
 };
 
+/**
+ * A row without its null columns: jsonb_to_recordset gives a missing key NULL, as it gives null,
+ * and a new job's row is mostly nulls (half its JSON, parsed by the server at every insert).
+ */
+const withoutNulls = (row: Record<string, unknown>): Record<string, unknown> => {
+  const out: Record<string, unknown> = {};
+  for (const k in row) if (row[k] !== null && row[k] !== undefined) out[k] = row[k];
+  return out;
+};
+
 /** The statements for the batch's job changes: the new rows, then the changed ones. */
 export const jobStatements = (changes: readonly JobChange[]): Statement[] => {
   const out: Statement[] = [];
@@ -237,7 +247,7 @@ export const jobStatements = (changes: readonly JobChange[]): Statement[] => {
     const rows = created.map((c) => {
       const { parked_revision, ...cols } = c.cols;
       const park_seq = cols.parked_at === null ? null : c.created!.limits === null ? c.created!.seq : parked_revision;
-      return { job_id: c.jobId, stream: c.stream, key: c.key, ...c.created, ...cols, park_seq, updated_at: c.updatedAt };
+      return withoutNulls({ job_id: c.jobId, stream: c.stream, key: c.key, ...c.created, ...cols, park_seq, updated_at: c.updatedAt });
     });
     out.push(statement(INSERT_JOBS_SQL, JSON.stringify(rows)));
   }
