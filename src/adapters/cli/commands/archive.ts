@@ -34,7 +34,7 @@ export const registerArchive = (program: Command, ctx: CommandContext): void => 
       const dry = flags.dryRun === true;
       print({ json: flags.json === true }, { before: new Date(before).toISOString(), dryRun: dry, exact: flags.exact === true, ...result }, () => {
         const weeks = result.weeks.length === 0 ? 'no whole week' : `${result.weeks.length} whole week${result.weeks.length === 1 ? '' : 's'} (before Monday ${result.weeksBefore}, UTC)`;
-        const movedOn = result.movedOn === 0 ? '' : `; ${result.movedOn} rows of unfinished jobs ${dry ? 'would move' : 'moved'} on to this week`;
+        const movedOn = result.movedOn === 0 ? '' : `; ${result.movedOn} rows of unfinished jobs ${dry ? 'would move' : 'moved'} on to the first week left live`;
         return (
           `${dry ? 'would move' : 'moved'} ${result.events} events of ${result.jobs} jobs finished before ${new Date(before).toISOString()} ` +
           `(${megabytes(result.bytes)}, ${result.streams} streams; ${weeks}${flags.exact === true ? ', the rest row by row' : ''}) to events_archive${movedOn}; ` +
