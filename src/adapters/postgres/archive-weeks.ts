@@ -107,8 +107,30 @@ const markArchived = async (pool: pg.Pool, week: Week): Promise<void> => {
   }
 };
 
-/** Lock waits before the detach gives up and tries again: it waits for the ledger's running transactions, and they wait for it. */
-const DETACH_TRIES = 10;
+/** Lock waits before a schema change of the week gives up and tries again: it waits for the ledger's running transactions, and they wait for it. */
+const LOCK_TRIES = 10;
+
+/**
+ * Runs `fn` in a transaction that waits at most 2 s for its locks, again (up to LOCK_TRIES, a
+ * growing pause between) while the wait times out: an ALTER TABLE waiting for a lock holds back
+ * every statement on appends that comes after it, so it must not wait behind a long transaction
+ * on the ledger (a rebuild, a report) for long.
+ */
+const withShortLockWaits = async (pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<void>): Promise<void> => {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await inTransaction(pool, async (client) => {
+        await client.query(`SET LOCAL lock_timeout = '2s'`);
+        await fn(client);
+      });
+      return;
+    } catch (error) {
+      // lock_not_available: let the long transaction pass.
+      if (!(isPgError(error) && error.code === '55P03') || attempt === LOCK_TRIES) throw error;
+      await sleep(500 * attempt);
+    }
+  }
+};
 
 /**
  * Archives one week: moves on what must stay live, marks its key streams, and moves the
@@ -117,33 +139,28 @@ const DETACH_TRIES = 10;
 export const archiveWeek = async (pool: pg.Pool, week: Week, to: string, before: number, streamsPerBatch: number): Promise<Moved & { movedOn: number }> => {
   const movedOn = await moveOn(pool, week, to, before, streamsPerBatch);
   await markArchived(pool, week);
-  const figures = (await pool.query<Moved>(`WITH w AS (SELECT ${ROW_FIGURES} FROM ${week.partition} a) ${MOVED_FIGURES('w')}`)).rows[0]!;
-  // The bound as a validated constraint: ATTACH then needs no scan of the week (made NOT VALID
-  // and validated apart, so that neither blocks the ledger's reads and writes while it scans).
+  // Nothing writes the week any more: its figures are read now, not under the detach's lock.
+  const figures = (await pool.query<Moved & { rows: number }>(`WITH w AS (SELECT ${ROW_FIGURES} FROM ${week.partition} a) ${MOVED_FIGURES('w')}, (SELECT count(*) FROM w)::int AS rows`)).rows[0]!;
+  // The bound as a validated constraint: ATTACH then needs no scan of the week. Added NOT VALID
+  // (a moment's lock of the week) and validated apart (a lock that blocks no read or write).
   const check = `${week.partition}_week`;
-  await pool.query(`ALTER TABLE ${week.partition} DROP CONSTRAINT IF EXISTS ${check}, ADD CONSTRAINT ${check} CHECK (week >= '${week.from}' AND week < '${week.to}') NOT VALID`);
+  await withShortLockWaits(pool, async (client) => {
+    await client.query(`ALTER TABLE ${week.partition} DROP CONSTRAINT IF EXISTS ${check}, ADD CONSTRAINT ${check} CHECK (week >= '${week.from}' AND week < '${week.to}') NOT VALID`);
+  });
   await pool.query(`ALTER TABLE ${week.partition} VALIDATE CONSTRAINT ${check}`);
-  for (let attempt = 1; ; attempt++) {
-    try {
-      // This MUST stay one transaction: the week leaves appends and enters appends_archive in one
-      // step (DETACH holds appends' ACCESS EXCLUSIVE lock to the COMMIT), so every reader finds
-      // its rows in exactly one of the two. Guarded by test/adapters/postgres/archive-weeks.int.test.ts.
-      await inTransaction(pool, async (client) => {
-        await client.query(`SET LOCAL lock_timeout = '2s'`);
-        await client.query(`ALTER TABLE appends DETACH PARTITION ${week.partition}`);
-        await client.query(`ALTER TABLE appends_archive ATTACH PARTITION ${week.partition} FOR VALUES FROM ('${week.from}') TO ('${week.to}')`);
-        await client.query(`COMMENT ON TABLE ${week.partition} IS 'The rows of appends inserted in the weeks from ${week.from} to ${week.to} (UTC), archived whole by jobledger archive (jl_archived_weeks): a partition of appends_archive.'`);
-        await client.query(
-          `INSERT INTO jl_archived_weeks (week_partition, week_from, week_to, cut, rows, events, moved_on)
-           VALUES ($1, $2, $3, to_timestamp($4::float8 / 1000), (SELECT count(*) FROM ${week.partition}), $5, $6)`,
-          [week.partition, week.from, week.to, before, figures.events, movedOn],
-        );
-      });
-      return { ...figures, movedOn };
-    } catch (error) {
-      // lock_not_available: a long transaction on the ledger (a rebuild, a report) holds it; let it pass.
-      if (!(isPgError(error) && error.code === '55P03') || attempt === DETACH_TRIES) throw error;
-      await sleep(500 * attempt);
-    }
-  }
+  // This MUST stay one transaction: the week leaves appends and enters appends_archive in one step
+  // (DETACH holds appends' ACCESS EXCLUSIVE lock to the COMMIT), so every reader finds its rows in
+  // exactly one of the two; and it MUST read no rows, which would hold that lock for a scan.
+  // Guarded by test/adapters/postgres/archive-weeks.int.test.ts.
+  await withShortLockWaits(pool, async (client) => {
+    await client.query(`ALTER TABLE appends DETACH PARTITION ${week.partition}`);
+    await client.query(`ALTER TABLE appends_archive ATTACH PARTITION ${week.partition} FOR VALUES FROM ('${week.from}') TO ('${week.to}')`);
+    await client.query(`COMMENT ON TABLE ${week.partition} IS 'The rows of appends inserted in the weeks from ${week.from} to ${week.to} (UTC), archived whole by jobledger archive (jl_archived_weeks): a partition of appends_archive.'`);
+    await client.query(
+      `INSERT INTO jl_archived_weeks (week_partition, week_from, week_to, cut, rows, events, moved_on)
+       VALUES ($1, $2, $3, to_timestamp($4::float8 / 1000), $5, $6, $7)`,
+      [week.partition, week.from, week.to, before, figures.rows, figures.events, movedOn],
+    );
+  });
+  return { jobs: figures.jobs, events: figures.events, bytes: figures.bytes, streams: figures.streams, movedOn };
 };

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import * as E from 'fp-ts/lib/Either.js';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -291,6 +292,33 @@ describe('archive by week, regression', () => {
       const verified = await verify(t.db.pool, createReadModelProjections());
       expect(verified.differences).toEqual([]);
     } finally {
+      await t.close();
+    }
+  });
+
+  it('waits out a long transaction on the ledger instead of failing: its schema changes give up their lock wait after 2 s and try again', async () => {
+    const t = await openScriptedLedger();
+    const reader = await t.db.pool.connect();
+    try {
+      const from = monday(2);
+      const part = `appends_w${from.replaceAll('-', '')}`;
+      await t.db.pool.query(`CREATE TABLE ${part} (LIKE appends INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS)`);
+      await t.db.pool.query(`ALTER TABLE appends ATTACH PARTITION ${part} FOR VALUES FROM ('${from}') TO ('${monday(1)}')`);
+      t.at(T0);
+      await t.ledger.enqueue({ name: 'work', key: 'aw:long', jobId: 'long1' });
+      await t.start('aw:long', 'long1');
+      await t.complete('aw:long', 'long1');
+      await t.db.pool.query(`UPDATE appends SET week = $1`, [from]);
+      // A report reading the ledger holds its lock on every week for 3.5 s, longer than one wait.
+      await reader.query('BEGIN');
+      await reader.query('SELECT count(*) FROM appends');
+      const archived = archiveFinishedJobs(t.db.pool, { before: Date.now() });
+      await sleep(3_500);
+      await reader.query('COMMIT');
+      expect((await archived).weeks).toEqual([part]);
+      expect((await t.db.pool.query(`SELECT i.inhparent::regclass::text AS p FROM pg_inherits i WHERE i.inhrelid = $1::regclass`, [part])).rows[0].p).toBe('appends_archive');
+    } finally {
+      reader.release();
       await t.close();
     }
   });
