@@ -14,6 +14,7 @@ import {
 } from '../domain/ports/ledger-store.js';
 import { EventDecodeError } from '../domain/recorded.js';
 import type { Command } from '../domain/commands.js';
+import { StatesDisagree } from '../domain/decide/decision.js';
 import { FlushDecisions, UnreadableStream } from './flush-decisions.js';
 import { StreamsMissing, SubmissionRefused, SubmissionUnreadable, logFields, sleep, type FlushContext, type Read, type Submission } from './flush-context.js';
 import { readMessages } from './flush-messages.js';
@@ -100,6 +101,8 @@ export async function attemptFlush(ctx: FlushContext, batch: readonly Submission
         try {
           decisions.decide(item, (streams) => { throw new StreamsMissing(s, item, streams); }, command(item));
         } catch (error) {
+          // Trusted copies that disagree are stale: decided again on states read in this transaction (runFlush).
+          if (error instanceof StatesDisagree && optimistic) throw new StaleStateError(error.message, [...error.streams]);
           throw error instanceof UnreadableStream ? new SubmissionUnreadable(s, error.cause) : error;
         }
       }

@@ -76,4 +76,25 @@ describe('issue 21 #4: an optimistic flush decides on a stale copy of a stream i
     await p2.drain();
     expect((await p1.keyState('st-a')).state.jobs['st-j']?.status).toBe('holding');
   });
+
+  it('regression (model checker, seed 420041): a cancel that frees a limit key does not promote its guest on a stale copy of the guest\'s home (it failed with a TypeError); decided again on what the streams hold', async () => {
+    // P1 writes the home sr-h last (an admission, then its cancel: the copy P1 keeps has no job and room).
+    await p1.enqueue({ name: 'a', key: 'sr-h', limit: 1, jobId: 'sr-h0' });
+    expect(await p1.cancel({ jobId: 'sr-h0', by: 'op1' })).toMatchObject({ cancelled: true });
+    // P2 pauses the home and enqueues G there under the limit key sr-l: G waits in both lines.
+    await p2.pause({ key: 'sr-h', by: 'op2' });
+    expect((await p2.enqueue({ name: 'g', key: 'sr-h', jobId: 'sr-g', limits: [{ key: 'sr-l', limit: 1 }] })).status).toBe('parked');
+    // P1 takes sr-l's free slot (G is blocked by its paused home) and writes sr-l and sr-k2 last.
+    expect((await p1.enqueue({ name: 'c', key: 'sr-k2', limit: 2, jobId: 'sr-c', limits: [{ key: 'sr-l' }] })).status).toBe('acquired');
+    // P1 locks sr-l once more and finds nobody else wrote it since: it trusts its copies from now on.
+    expect((await p1.enqueue({ name: 'd', key: 'sr-k2', jobId: 'sr-d', limits: [{ key: 'sr-l' }] })).status).toBe('parked');
+    // P1 cancels C: sr-l's slot frees and its line reaches G, whose home P1 trusts from before G.
+    expect(await p1.cancel({ jobId: 'sr-c', by: 'op1' })).toMatchObject({ cancelled: true });
+    // The home is paused: G is not promoted; D, behind it and free on both of its keys, is.
+    expect((await p2.keyState('sr-h')).state.jobs['sr-g']!.status).toBe('parked');
+    expect((await p2.keyState('sr-k2')).state.jobs['sr-d']!.status).toBe('holding');
+    // Once the home resumes, G waits for sr-l's slot, which D holds.
+    await p2.resume({ key: 'sr-h', by: 'op2' });
+    expect((await p2.keyState('sr-h')).state.jobs['sr-g']!.status).toBe('parked');
+  });
 });

@@ -28,6 +28,18 @@ export class StreamsNeeded extends Error {
   }
 }
 
+/**
+ * The states at hand disagree: a limit key's line names a guest its home does not know. Only a
+ * copy trusted without reading it (an optimistic flush) can be behind another that was read
+ * later; the caller decides again on states read in one transaction.
+ */
+export class StatesDisagree extends Error {
+  override readonly name = 'StatesDisagree';
+  constructor(readonly streams: readonly string[], jobId: string) {
+    super(`the line of ${streams[0]} names ${jobId}, which its home ${streams[1]} does not know: a state at hand is behind`);
+  }
+}
+
 // The steps every decision is made of. A Decision records events and folds each one at once, so a
 // later step (promotion after a release, the second job of a batch) sees what the earlier ones did:
 // this is what makes "release and hand the slot over" a single append.
@@ -233,7 +245,12 @@ export class Decision {
           this.across.serve(this.stream);
           return;
         }
-        if (turn === 'now') (next.home === undefined ? this : this.on(next.home)!).promote(next.jobId);
+        if (turn === 'now') {
+          const home = next.home === undefined ? this : this.on(next.home)!;
+          // Found by the model checker (seed 420041): a cancel promoted a guest on a stale copy of its home.
+          if (home.draft.jobs[next.jobId] === undefined) throw new StatesDisagree([this.stream, home.stream], next.jobId);
+          home.promote(next.jobId);
+        }
         place = next;
       }
     }
