@@ -4,11 +4,11 @@ import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../../src/adapters/ledger.js';
 import { archiveFinishedJobs, type ArchiveResult } from '../../../src/adapters/postgres/archive.js';
-import { keyStateAt } from '../../../src/commands/key-state-at.js';
 import { silentLogger } from '../../../src/domain/ports/logger.js';
 import { jobStream, keyStream } from '../../../src/domain/streams.js';
 import { createReadModelProjections } from '../../../src/projections/read-models.js';
 import { verify } from '../../../src/projections/verify.js';
+import { historyOf } from '../../support/history.js';
 import { SEC, T0, openScriptedLedger, type ScriptedLedger } from '../../support/ledger.js';
 
 // Retention by partition (issue 22, lever 4; migration 17): a week of the ledger that ended
@@ -37,11 +37,7 @@ const count = async (from: string): Promise<number> => (await q<{ n: number }>(`
 const parentOf = async (table: string): Promise<string | undefined> =>
   (await q<{ parent: string }>(`SELECT i.inhparent::regclass::text AS parent FROM pg_inherits i WHERE i.inhrelid = $1::regclass`, [table]))[0]?.parent;
 /** Every answer about history that must not change. */
-const history = async (ledger: Ledger) => ({
-  states: await Promise.all(KEYS.map(async (key) => JSON.stringify((await ledger.keyState(key)).state))),
-  at: await Promise.all(KEYS.flatMap((key) => MOMENTS.map(async (at) => JSON.stringify(await keyStateAt(ledger.store, keyStream(key), { at }))))),
-  audits: await Promise.all([...KEYS.map((key) => ledger.audit({ key })), ...['a1', 'a2', 'b1', 'b2', 'u1', 'u2', 'd1'].map((jobId) => ledger.audit({ jobId }))]),
-});
+const history = (ledger: Ledger) => historyOf(ledger, { keys: KEYS, moments: MOMENTS, jobIds: ['a1', 'a2', 'b1', 'b2', 'u1', 'u2', 'd1'] });
 
 beforeAll(async () => {
   s = await openScriptedLedger();

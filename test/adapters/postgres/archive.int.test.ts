@@ -3,12 +3,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../../src/adapters/ledger.js';
 import { archiveFinishedJobs } from '../../../src/adapters/postgres/archive.js';
 import { LOCK_SQL, type LockRow } from '../../../src/adapters/eventstore/postgres/stream-sql.js';
-import { keyStateAt } from '../../../src/commands/key-state-at.js';
 import { KEY_STATE_SCHEMA_VERSION } from '../../../src/domain/key-state.js';
 import { silentLogger } from '../../../src/domain/ports/logger.js';
 import { jobStream, keyStream } from '../../../src/domain/streams.js';
 import { createReadModelProjections } from '../../../src/projections/read-models.js';
 import { verify } from '../../../src/projections/verify.js';
+import { historyOf } from '../../support/history.js';
 import { SEC, T0, openScriptedLedger, type ScriptedLedger } from '../../support/ledger.js';
 
 // Retention (issue 12, part 8), row by row (--exact; whole weeks: ./archive-weeks.int.test.ts): archive moves the rows of jobs finished before a cut out of
@@ -24,11 +24,7 @@ const MOMENTS = [T0 + 5 * SEC, T0 + 50 * SEC, T0 + 150 * SEC, T0 + 300 * SEC];
 
 const count = async (table: string): Promise<number> => (await s.db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`)).rows[0]!.n;
 /** Every answer about history that must not change. */
-const history = async (ledger: Ledger) => ({
-  states: await Promise.all(KEYS.map(async (key) => JSON.stringify((await ledger.keyState(key)).state))),
-  at: await Promise.all(KEYS.flatMap((key) => MOMENTS.map(async (at) => JSON.stringify(await keyStateAt(ledger.store, keyStream(key), { at }))))),
-  audits: await Promise.all([...KEYS.map((key) => ledger.audit({ key })), ...['a1', 'a2', 'b1', 'b2', 'u1', 'd1'].map((jobId) => ledger.audit({ jobId }))]),
-});
+const history = (ledger: Ledger) => historyOf(ledger, { keys: KEYS, moments: MOMENTS, jobIds: ['a1', 'a2', 'b1', 'b2', 'u1', 'd1'] });
 
 beforeAll(async () => {
   s = await openScriptedLedger();

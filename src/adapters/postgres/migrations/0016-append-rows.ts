@@ -33,8 +33,8 @@ const APPENDS_COLUMNS = /* sql */ `
   CHECK (cardinality(ids) = cardinality(types) AND jsonb_array_length(data) = cardinality(types)
          AND (metadatas IS NULL OR jsonb_array_length(metadatas) = cardinality(types)))`;
 
-/** The view of one event per row over a table of appends (`a`): today's columns of `events`. */
-const unnested = (table: string, extra = ''): string => /* sql */ `
+/** The view of one event per row over a table of appends (`a`): today's columns of `events`. Migration 17 makes its views with it too: what it returns MUST NOT change (both have shipped). */
+export const unnested = (table: string, extra = ''): string => /* sql */ `
 SELECT (a.position << 20) + f.i - 1 AS global_position, a.transaction_id, a.stream, a.revision + f.i - 1 AS stream_revision,
        f.type, f.data, coalesce(f.metadata, a.metadata) AS metadata, f.event_id, a.created${extra}
 FROM ${table} a
@@ -47,7 +47,7 @@ const seeAppends = (table: string, how: string): string =>
     .map((column) => `COMMENT ON COLUMN ${table}.${column} IS '${how} appends.${column}.';`)
     .join('\n');
 
-const eventColumnComments = (view: string, of: string): string => /* sql */ `
+export const eventColumnComments = (view: string, of: string): string => /* sql */ `
 COMMENT ON COLUMN ${view}.global_position IS 'The event''s position in its transaction: ${of}.position × 2^20 + its index in the row (0 for the first). Second part of the global position.';
 COMMENT ON COLUMN ${view}.transaction_id IS 'As ${of}.transaction_id: the first part of the global position.';
 COMMENT ON COLUMN ${view}.stream IS 'As ${of}.stream.';

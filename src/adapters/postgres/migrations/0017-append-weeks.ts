@@ -1,4 +1,5 @@
 import type { Migration } from './migration.js';
+import { eventColumnComments, unnested } from './0016-append-rows.js';
 
 // Issue 22, lever 4: retention by partition, not by moving rows. `appends` and `appends_archive`
 // are partitioned by the week a row was inserted in (`week`, the Monday, UTC); `jobledger
@@ -52,14 +53,6 @@ const COLUMNS = /* sql */ `
 
 const ALL = 'position, transaction_id, stream, revision, types, ids, data, metadata, metadatas, created';
 
-/** The view of one event per row over a table of appends, as in migration 16. */
-const unnested = (table: string, extra = ''): string => /* sql */ `
-SELECT (a.position << 20) + f.i - 1 AS global_position, a.transaction_id, a.stream, a.revision + f.i - 1 AS stream_revision,
-       f.type, f.data, coalesce(f.metadata, a.metadata) AS metadata, f.event_id, a.created${extra}
-FROM ${table} a
-CROSS JOIN LATERAL ROWS FROM (unnest(a.types), unnest(a.ids), jsonb_array_elements(a.data), jsonb_array_elements(a.metadatas))
-  WITH ORDINALITY AS f (type, event_id, data, metadata, i)`;
-
 const COLUMN_COMMENTS: Record<string, string> = {
   position: "Order of the row within its transaction (taken at insert from appends_position, not at commit: with transaction_id, a safe reading order). Each event's global position is position × 2^20 + its index in the row, so a row holds at most 2^20 events.",
   transaction_id: "Id of the writing transaction. First part of the global position: every transaction below the current snapshot's xmin has ended, so nothing can appear before a position read there. A job stream's last writer is its last row's.",
@@ -77,17 +70,6 @@ const COLUMN_COMMENTS: Record<string, string> = {
 };
 const comments = (table: string, how: (column: string) => string): string =>
   Object.keys(COLUMN_COMMENTS).map((column) => `COMMENT ON COLUMN ${table}.${column} IS '${how(column).replaceAll("'", "''")}';`).join('\n');
-
-const EVENT_COLUMN_COMMENTS = (view: string, of: string): string => /* sql */ `
-COMMENT ON COLUMN ${view}.global_position IS 'The event''s position in its transaction: ${of}.position × 2^20 + its index in the row (0 for the first). Second part of the global position.';
-COMMENT ON COLUMN ${view}.transaction_id IS 'As ${of}.transaction_id: the first part of the global position.';
-COMMENT ON COLUMN ${view}.stream IS 'As ${of}.stream.';
-COMMENT ON COLUMN ${view}.stream_revision IS 'The event''s revision in its stream: ${of}.revision + its index in the row.';
-COMMENT ON COLUMN ${view}.type IS 'The event''s type, from ${of}.types.';
-COMMENT ON COLUMN ${view}.data IS 'The event''s payload, from ${of}.data.';
-COMMENT ON COLUMN ${view}.metadata IS 'The event''s metadata: its own from ${of}.metadatas, else the row''s ${of}.metadata.';
-COMMENT ON COLUMN ${view}.event_id IS 'The event''s id, from ${of}.ids.';
-COMMENT ON COLUMN ${view}.created IS 'As ${of}.created: the start of the writing transaction.';`;
 
 export const appendWeeks: Migration = {
   version: 17,
@@ -240,12 +222,12 @@ DROP TABLE appends_archive_16;
 CREATE VIEW events AS ${unnested('appends')};
 COMMENT ON VIEW events IS
   'The live ledger, one row per event, in today''s columns: appends unnested (readers that need an index read appends itself). Appends go to appends.';
-${EVENT_COLUMN_COMMENTS('events', 'appends')}
+${eventColumnComments('events', 'appends')}
 
 CREATE VIEW events_archive AS ${unnested('appends_archive', ', coalesce(a.archived, (SELECT w.archived FROM jl_archived_weeks w WHERE w.week_partition = a.tableoid::regclass::text)) AS archived')};
 COMMENT ON VIEW events_archive IS
   'The archived events, one row per event: appends_archive unnested.';
-${EVENT_COLUMN_COMMENTS('events_archive', 'appends_archive')}
+${eventColumnComments('events_archive', 'appends_archive')}
 COMMENT ON COLUMN events_archive.archived IS 'When jobledger archive moved it: the row''s own time (appends_archive.archived), else its week''s (jl_archived_weeks.archived).';
 
 CREATE VIEW ledger_appends AS
@@ -262,6 +244,6 @@ UNION ALL
 SELECT global_position, transaction_id, stream, stream_revision, type, data, metadata, event_id, created FROM events_archive;
 COMMENT ON VIEW ledger_events IS
   'The whole ledger, one row per event: events (live) and events_archive. For ad-hoc reading; the ledger''s own readers read ledger_appends.';
-${EVENT_COLUMN_COMMENTS('ledger_events', 'ledger_appends')}
+${eventColumnComments('ledger_events', 'ledger_appends')}
 `,
 };
