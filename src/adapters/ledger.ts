@@ -1,6 +1,7 @@
 import * as E from 'fp-ts/lib/Either.js';
 import pg from 'pg';
-import { audit, jobHistory, type Audit, type AuditTarget, type JobHistory } from '../commands/audit.js';
+import { audit, jobHistory, type Audit, type AuditDeps, type AuditTarget, type JobHistory, type JobHistoryInput } from '../commands/audit.js';
+import type { ReadBudget } from '../commands/read-budget.js';
 import * as deadJobs from '../commands/dead-jobs.js';
 import { explainJob } from '../commands/explain.js';
 import { enqueueMany, keyEventId, type EnqueueInput, type Enqueued } from '../commands/enqueue.js';
@@ -71,6 +72,11 @@ export interface LedgerOptions extends LedgerReaderOptions {
 }
 
 export type QueueCaps = Readonly<Record<string, { readonly maxConcurrent: number }>>;
+
+/** How a read of the ledger itself may go: `budget`, past which it stops with ReadBudgetError (serve's routes give one). */
+export interface LedgerReads {
+  readonly budget?: ReadBudget;
+}
 
 /** A key's state folded up to a point, or, when it had no event yet then, when its first was. */
 export type KeyStateAsOf = KeyStateAt | { readonly firstEventAt: number };
@@ -236,8 +242,8 @@ export class Ledger extends LedgerReader {
    * the key had no event yet then, when its first was. A key with no event at all is refused
    * (UnknownKeyError).
    */
-  async keyStateAt(key: string, until: { readonly revision?: number; readonly at?: number }): Promise<KeyStateAsOf> {
-    const folded = await keyStateAt(this.store, keyStream(key), until);
+  async keyStateAt(key: string, until: { readonly revision?: number; readonly at?: number }, reads: LedgerReads = {}): Promise<KeyStateAsOf> {
+    const folded = await keyStateAt(this.store, keyStream(key), until, reads.budget);
     if (folded.revision !== 'no_stream') return folded;
     const [first] = await this.store.readStream(keyStream(key), { fromRevision: 0, maxCount: 1 });
     if (first === undefined) throw new UnknownKeyError(key);
@@ -252,8 +258,8 @@ export class Ledger extends LedgerReader {
   }
 
   /** Every slot handoff of a key or of one job, with the events, read from the ledger itself. */
-  audit(target: AuditTarget): Promise<Audit> {
-    return audit({ store: this.store, jobStream: this.jobStream }, target);
+  audit(target: AuditTarget, reads: LedgerReads = {}): Promise<Audit> {
+    return audit(this.auditDeps(reads), target);
   }
 
   /**
@@ -305,13 +311,16 @@ export class Ledger extends LedgerReader {
   }
 
   /** Why a job is where it is (its place in line, what it waits on, its holders' leases, its waits), now or as of `at`, from the ledger. */
-  explain(input: { readonly jobId: string; readonly at?: number | string | Date }): Promise<Explanation> {
-    return explainJob({ store: this.store, jobStream: this.jobStream, clock: this.clock, liveWorkers: async () => new Set((await this.workers()).filter((w) => w.state === 'live').map((w) => w.id)) }, input);
+  explain(input: { readonly jobId: string; readonly at?: number | string | Date }, reads: LedgerReads = {}): Promise<Explanation> {
+    return explainJob(
+      { store: this.store, jobStream: this.jobStream, clock: this.clock, liveWorkers: async () => new Set((await this.workers()).filter((w) => w.state === 'live').map((w) => w.id)), ...reads },
+      input,
+    );
   }
 
   /** A job's events across every stream it appears on (its key and its limit keys), in order, with who and why. */
-  jobHistory(input: { readonly jobId: string }): Promise<JobHistory> {
-    return jobHistory({ store: this.store, jobStream: this.jobStream }, input);
+  jobHistory(input: JobHistoryInput, reads: LedgerReads = {}): Promise<JobHistory> {
+    return jobHistory(this.auditDeps(reads), input);
   }
 
   /**
@@ -333,6 +342,10 @@ export class Ledger extends LedgerReader {
   }
 
   private readonly jobStream = (jobId: string): Promise<string | null> => jobStreamOf(this.pool, jobId);
+
+  private auditDeps(reads: LedgerReads): AuditDeps {
+    return { store: this.store, jobStream: this.jobStream, load: (stream) => this.writer.load(stream), ...reads };
+  }
 
   private get operatorDeps(): operator.OperatorDeps {
     return {

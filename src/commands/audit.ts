@@ -1,13 +1,34 @@
-import { auditKeyOf, describeEvents, handoffsOf, type Handoff, type RevisionedEvent } from '../domain/audit.js';
+import { auditKeyOf, describeEvents, handoffsOf, renewalsInWords, type Handoff, type RevisionedEvent } from '../domain/audit.js';
 import { UnknownJobError, UnknownKeyError } from '../domain/errors.js';
-import type { EventStore, RecordedEvent } from '../domain/ports/event-store.js';
+import * as t from 'io-ts';
+import type { EventStore, RecordedEvent, StreamRevision } from '../domain/ports/event-store.js';
 import type { JobStreamLookup } from '../domain/ports/job-streams.js';
 import { keyStream } from '../domain/streams.js';
-import { Key, NonEmptyString, ValidationError, checkField } from '../domain/values.js';
+import { Key, NonEmptyString, ValidationError, checkField, refine } from '../domain/values.js';
 import { decodeRecorded } from '../domain/recorded.js';
-import { readJobStreams, readStreamWhole } from './job-events.js';
+import { eachPage, readJobStreams } from './job-events.js';
+import type { ReadBudget } from './read-budget.js';
 
-export type AuditTarget = { readonly key: string } | { readonly jobId: string };
+/**
+ * A key's audit is read a page at a time, newest first: the events before revision `before` (the
+ * head's next when absent), `limit` of them at most (AUDIT_PAGE when absent). One job's is whole.
+ */
+export type AuditTarget = { readonly key: string; readonly before?: number; readonly limit?: number } | { readonly jobId: string };
+
+/** Events of a key's audit page when the caller names no limit, and the most a page takes. */
+export const AUDIT_PAGE = 1_000;
+export const MAX_AUDIT_PAGE = 10_000;
+
+/** Where a key's audit page sits in its stream. */
+export interface AuditPage {
+  /** The revisions of its events: [from, to]. */
+  readonly from: number;
+  readonly to: number;
+  /** The stream's newest revision when it was read. */
+  readonly head: number;
+  /** The `before` of the page of older events; null on the first page. */
+  readonly older: number | null;
+}
 
 export interface AuditEvent {
   readonly stream: string;
@@ -24,11 +45,16 @@ export interface Audit {
   readonly events: AuditEvent[];
   /** Each of `events` in words, at the same index (a guest named with its home: "job j1 of key a"). */
   readonly eventsInWords: string[];
+  /** A key's page: its handoffs are those admitted in it, each followed to its release. */
+  readonly page?: AuditPage;
 }
 
 export interface AuditDeps {
   readonly store: EventStore;
   readonly jobStream: JobStreamLookup;
+  /** A stream's state now (its latest snapshot and what follows): the audit reads its head revision there. */
+  readonly load: (stream: string) => Promise<{ readonly revision: StreamRevision | 'no_stream' }>;
+  readonly budget?: ReadBudget;
 }
 
 const JobId = NonEmptyString(200);
@@ -44,14 +70,13 @@ export const audit = async (deps: AuditDeps, target: AuditTarget): Promise<Audit
   if (givenKey !== undefined && givenJobId !== undefined) throw new ValidationError('jobId', 'give a key or a jobId, not both');
   if (givenJobId === undefined) {
     const key = checkField('key', Key, givenKey);
-    const recorded = await readStreamWhole(deps.store, keyStream(key));
-    if (recorded.length === 0) throw new UnknownKeyError(key);
-    return auditOf(recorded);
+    const { before, limit } = target as { before?: unknown; limit?: unknown };
+    return auditPage(deps, key, before === undefined ? undefined : checkField('before', Revision, before), limit === undefined ? AUDIT_PAGE : checkField('limit', PageSize, limit));
   }
   const jobId = checkField('jobId', JobId, givenJobId);
   const stream = await deps.jobStream(jobId);
   if (stream === null) throw new UnknownJobError(jobId);
-  const { home, limits, events } = await readJobStreams(deps.store, stream, jobId);
+  const { home, limits, events } = await readJobStreams(deps.store, stream, jobId, undefined, deps.budget);
   // Its tenures at home, then as a guest of each limit key (its slots there, under the same leases).
   const handoffs = [home, ...limits].flatMap((s) =>
     handoffsOf(auditKeyOf(s.stream), events.filter((e) => e.stream === s.stream).map((e) => ({ revision: e.revision, event: e.event }))),
@@ -79,8 +104,10 @@ export interface HistoryEvent {
   /** Why: the event's reason or error, when it has one. */
   readonly why: string | null;
   readonly inWords: string;
-  /** As recorded. */
+  /** As recorded (of a folded run of renewals: its last). */
   readonly data: object;
+  /** A run of renewals of one lease folded into this, its last (history with renewals 'folded'): how many, and the first's time and revision. */
+  readonly renewals?: { readonly count: number; readonly firstAt: number; readonly firstRevision: number };
 }
 
 export interface JobHistory {
@@ -88,48 +115,101 @@ export interface JobHistory {
   /** Its home key (the stream's name for a job without a key). */
   readonly key: string;
   readonly stream: string;
+  /** Whether runs of renewals are folded (HistoryEvent.renewals) or each given. */
+  readonly renewals: 'folded' | 'all';
   /** Every event of the job on its home and its limit keys, in the ledger's global order. */
   readonly events: HistoryEvent[];
 }
 
 const text = (v: unknown): string | null => (typeof v === 'string' ? v : null);
 
-/** A job's own view: its events across every stream it appears on, with who and why. Throws as audit does. */
-export const jobHistory = async (deps: AuditDeps, input: { readonly jobId: string }): Promise<JobHistory> => {
+/** `renewals`: 'folded' (the default) gives each run of renewals of one lease as one event, its last; 'all' gives each. */
+export interface JobHistoryInput {
+  readonly jobId: string;
+  readonly renewals?: 'folded' | 'all';
+}
+
+const Renewals = t.union([t.literal('folded'), t.literal('all')]);
+
+/**
+ * A job's own view: its events across every stream it appears on, with who and why. A job that
+ * ran for an hour renewed its lease 360 times: folded, those are one line that says so. Throws as audit does.
+ */
+export const jobHistory = async (deps: AuditDeps, input: JobHistoryInput): Promise<JobHistory> => {
   const jobId = checkField('jobId', JobId, input?.jobId);
+  const renewals = input.renewals === undefined ? 'folded' : checkField('renewals', Renewals, input.renewals);
   const stream = await deps.jobStream(jobId);
   if (stream === null) throw new UnknownJobError(jobId);
-  const { events } = await readJobStreams(deps.store, stream, jobId);
+  const { events } = await readJobStreams(deps.store, stream, jobId, undefined, deps.budget);
   const words = describeEvents(events.map((e) => e.event));
-  return {
-    jobId,
-    key: auditKeyOf(stream),
-    stream,
-    events: events.map((e, i) => {
-      const d = e.event.data as Record<string, unknown>;
-      return {
-        stream: e.stream,
-        revision: e.revision,
-        type: e.event.type,
-        at: e.event.data.at,
-        by: text(d.by) ?? text(e.metadata.by),
-        via: text(e.metadata.via),
-        workerId: text(d.workerId) ?? text(e.metadata.workerId),
-        why: text(d.error) ?? text(d.reason),
-        inWords: words[i]!,
-        data: e.data,
-      };
-    }),
-  };
+  const out: HistoryEvent[] = [];
+  events.forEach((e, i) => {
+    const d = e.event.data as Record<string, unknown>;
+    const entry: HistoryEvent = {
+      stream: e.stream,
+      revision: e.revision,
+      type: e.event.type,
+      at: e.event.data.at,
+      by: text(d.by) ?? text(e.metadata.by),
+      via: text(e.metadata.via),
+      workerId: text(d.workerId) ?? text(e.metadata.workerId),
+      why: text(d.error) ?? text(d.reason),
+      inWords: words[i]!,
+      data: e.data,
+    };
+    const last = out.at(-1);
+    if (renewals === 'folded' && e.event.type === 'LeaseRenewed' && last?.type === 'LeaseRenewed' && last.stream === e.stream && (last.data as { leaseId?: unknown }).leaseId === e.event.data.leaseId) {
+      const run = last.renewals ?? { count: 1, firstAt: last.at, firstRevision: last.revision };
+      const folded = { count: run.count + 1, firstAt: run.firstAt, firstRevision: run.firstRevision };
+      out[out.length - 1] = { ...entry, renewals: folded, inWords: renewalsInWords(e.event.data.leaseId, folded.count, folded.firstAt, entry.at, e.event.data.expiresAt) };
+    } else out.push(entry);
+  });
+  return { jobId, key: auditKeyOf(stream), stream, renewals, events: out };
 };
 
-const auditOf = (recorded: readonly RecordedEvent[]): Audit => {
-  // A job without a key has a stream of its own: its name stands in for the key.
-  const key = auditKeyOf(recorded[0]?.stream ?? '');
-  const decoded: RevisionedEvent[] = recorded.map((r) => ({ revision: r.revision, event: decodeRecorded(r) }));
+const Revision = refine(t.number, 'Revision', (n) => Number.isSafeInteger(n) && n >= 0, 'must be a stream revision: a whole number, 0 or more');
+const PageSize = refine(t.number, 'PageSize', (n) => Number.isSafeInteger(n) && n >= 1 && n <= MAX_AUDIT_PAGE, `must be a whole number from 1 to ${MAX_AUDIT_PAGE}`);
+
+/**
+ * One page of a key's audit: its events in [before - limit, before), and the handoffs admitted
+ * there, read on past the page until each is released (or the stream ends), so that a tenure is
+ * never cut in two. What costs is the page, not the stream.
+ */
+const auditPage = async (deps: AuditDeps, key: string, before: number | undefined, limit: number): Promise<Audit> => {
+  const stream = keyStream(key);
+  const { revision: head } = await deps.load(stream);
+  if (head === 'no_stream') throw new UnknownKeyError(key);
+  const to = Math.min(before ?? head + 1, head + 1) - 1;
+  const from = Math.max(0, to + 1 - limit);
+  const decoded: RevisionedEvent[] = [];
+  const inPage: RecordedEvent[] = [];
+  // The jobs holding a slot opened in the page and not released yet: reading goes on past it while there are any.
+  const heldBy = new Set<string>();
+  const opens = new Set(['SlotAcquired', 'JobPromoted', 'LimitHeld']);
+  const closes = new Set(['SlotReleased', 'LimitReleased']);
+  await eachPage(
+    deps.store,
+    stream,
+    (page) => {
+      for (const r of page) {
+        if (r.revision > to && heldBy.size === 0) return false;
+        const event = decodeRecorded(r);
+        decoded.push({ revision: r.revision, event });
+        if (r.revision <= to) inPage.push(r);
+        const jobId = 'jobId' in event.data ? event.data.jobId : undefined;
+        if (jobId === undefined) continue;
+        if (opens.has(event.type) && r.revision <= to) heldBy.add(jobId);
+        else if (closes.has(event.type)) heldBy.delete(jobId);
+      }
+      return true;
+    },
+    { from, budget: deps.budget },
+  );
+  const handoffs = handoffsOf(key, decoded).filter((h) => h.acquiredRevision >= from && h.acquiredRevision <= to);
   return {
-    handoffs: handoffsOf(key, decoded),
-    events: recorded.map((r) => ({ stream: r.stream, revision: r.revision, type: r.type, data: r.data })),
-    eventsInWords: describeEvents(decoded.map((d) => d.event)),
+    handoffs,
+    events: inPage.map((r) => ({ stream: r.stream, revision: r.revision, type: r.type, data: r.data })),
+    eventsInWords: describeEvents(decoded.slice(0, inPage.length).map((d) => d.event)),
+    page: { from, to, head, older: from > 0 ? from : null },
   };
 };

@@ -4,11 +4,11 @@ import type { Command } from '../domain/commands.js';
 import { RefusedError, UnknownJobError, UnknownKeyError } from '../domain/errors.js';
 import { endingOf } from '../domain/explain.js';
 import type { KeyEvent } from '../domain/events.js';
-import type { EventStore, JsonObject, RecordedEvent } from '../domain/ports/event-store.js';
+import type { EventStore, JsonObject } from '../domain/ports/event-store.js';
 import type { JobStreamLookup } from '../domain/ports/job-streams.js';
 import { keyStream } from '../domain/streams.js';
 import { Actor, JobId, Key, ValidationError, checkField } from '../domain/values.js';
-import { readJobStreams } from './job-events.js';
+import { readJobsOfStream } from './job-events.js';
 import type { CommandResult, KeyCommand, Loaded } from './key-command.js';
 
 // The operator's actions on dead jobs: retry (the job runs again, with a fresh set of attempts)
@@ -55,13 +55,24 @@ const onDeadJobs = async (
 ): Promise<{ readonly jobId: string; readonly events: readonly KeyEvent[] }[]> => {
   const jobIds = await targets(deps, input);
   checkField('by', Actor, input.by);
-  const cache = new Map<string, readonly RecordedEvent[]>();
+  const streams = await Promise.all(jobIds.map((jobId) => deps.jobStream(jobId)));
+  // Each home is read once for all of its jobs, when the first of them is checked (in the order given, so the first at fault is named).
+  const byStream = new Map<string, string[]>();
+  streams.forEach((stream, i) => {
+    if (stream === null) return;
+    const ids = byStream.get(stream);
+    if (ids === undefined) byStream.set(stream, [jobIds[i]!]);
+    else ids.push(jobIds[i]!);
+  });
+  const reads = new Map<string, ReturnType<typeof readJobsOfStream>>();
   const items: KeyCommand[] = [];
-  for (const jobId of jobIds) {
-    const stream = await deps.jobStream(jobId);
+  for (const [i, jobId] of jobIds.entries()) {
+    const stream = streams[i]!;
     if (stream === null) throw new UnknownJobError(jobId);
-    const { home, events } = await readJobStreams(deps.store, stream, jobId, undefined, cache);
-    const own = events.filter((e) => e.stream === stream).map((e) => e.event);
+    let read = reads.get(stream);
+    if (read === undefined) reads.set(stream, (read = readJobsOfStream(deps.store, stream, byStream.get(stream)!)));
+    const { home, jobs } = await read;
+    const own = (jobs.get(jobId)?.events ?? []).filter((e) => e.stream === stream).map((e) => e.event);
     const held = home.state.jobs[jobId];
     const status = held === undefined ? endingOf(own).status : held.lease?.workerId != null ? 'running' : held.status;
     if (status !== 'dead') throw new RefusedError({ tag: 'NotDead', jobId, status }, stream);

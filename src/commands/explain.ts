@@ -5,6 +5,7 @@ import type { EventStore } from '../domain/ports/event-store.js';
 import type { JobStreamLookup } from '../domain/ports/job-streams.js';
 import { JobId, checkField } from '../domain/values.js';
 import { readJobStreams } from './job-events.js';
+import type { ReadBudget } from './read-budget.js';
 
 export interface ExplainDeps {
   readonly store: EventStore;
@@ -13,6 +14,7 @@ export interface ExplainDeps {
   readonly clock: () => number;
   /** The ids of the workers whose heartbeat is live now (an explanation of now names leases whose worker is gone). */
   readonly liveWorkers?: () => Promise<ReadonlySet<string>>;
+  readonly budget?: ReadBudget;
 }
 
 /** A moment: epoch ms (a number, or its digits as a query string gives them), an ISO-8601 time, or a Date. */
@@ -37,6 +39,6 @@ export const explainJob = async (deps: ExplainDeps, input: { readonly jobId: str
   const stream = await deps.jobStream(jobId);
   if (stream === null) throw new UnknownJobError(jobId);
   const asOf = at ?? deps.clock();
-  const [{ home, limits, events }, liveWorkers] = await Promise.all([readJobStreams(deps.store, stream, jobId, at), at === undefined ? deps.liveWorkers?.() : undefined]);
+  const [{ home, limits, events }, liveWorkers] = await Promise.all([readJobStreams(deps.store, stream, jobId, at, deps.budget), at === undefined ? deps.liveWorkers?.() : undefined]);
   return explain({ jobId, asOf, home, limits, events, ...(liveWorkers === undefined ? {} : { liveWorkers }) });
 };

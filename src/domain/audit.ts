@@ -171,6 +171,10 @@ export const handoffsOf = (key: string, events: Iterable<RevisionedEvent>): Hand
 
 const iso = (at: number): string => new Date(at).toISOString();
 
+/** A run of renewals of one lease, in one line. */
+export const renewalsInWords = (leaseId: string, count: number, firstAt: number, lastAt: number, expiresAt: number): string =>
+  `lease ${leaseId} renewed ${count} times, from ${iso(firstAt)} to ${iso(lastAt)}, last until ${iso(expiresAt)}`;
+
 const waited = (ms: number): string => (ms < 1_000 ? `${ms} ms` : `${Math.round(ms / 100) / 10} s`);
 
 /**

@@ -1,6 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import * as E from 'fp-ts/lib/Either.js';
 import * as t from 'io-ts';
+import { budgetOf, type ReadBudget } from '../../commands/read-budget.js';
 import { ValidationError, decodeWith } from '../../domain/values.js';
 import { operatorName } from './auth.js';
 
@@ -56,6 +57,19 @@ export const operator = (request: FastifyRequest, by: string | undefined): strin
   if (by !== undefined && by !== named) throw new ValidationError('by', `is ${JSON.stringify(by)}, but the token is ${named}'s: a named token acts under its own name only (leave by out)`);
   return named;
 };
+
+/**
+ * How long a GET may read the ledger itself (audit, history, explain) before it is answered 503,
+ * by default: serve hosts the sweeper and answers every other request, so no read may hold it for minutes.
+ */
+export const READ_BUDGET_MS = 5_000;
+
+/** Each request's read budget, `ms` long on the process's monotonic clock. */
+export const readBudgets =
+  (ms: number) =>
+  (): { readonly budget: ReadBudget } => ({ budget: budgetOf(() => performance.now(), ms) });
+
+export type ReadBudgets = ReturnType<typeof readBudgets>;
 
 /** Metadata of every event an HTTP request writes: where the command came from. */
 export const VIA = { via: 'http' } as const;

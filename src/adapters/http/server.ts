@@ -1,10 +1,12 @@
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
+import { ReadBudgetError } from '../../commands/read-budget.js';
 import { RefusedError, UnknownJobError, UnknownKeyError } from '../../domain/errors.js';
 import { silentLogger, type Logger } from '../../domain/ports/logger.js';
 import { EventDecodeError } from '../../domain/recorded.js';
 import { MAX_ARGS_BYTES, ValidationError } from '../../domain/values.js';
 import type { Ledger } from '../ledger.js';
 import { accessPolicy, operatorName, requireKnownHost, requireToken, type AccessToken } from './auth.js';
+import { READ_BUDGET_MS, readBudgets } from './input.js';
 import { registerMetrics } from './metrics.js';
 import { registerAuditRoutes } from './routes/audit.js';
 import { registerJobRoutes } from './routes/jobs.js';
@@ -31,6 +33,8 @@ export interface HttpServerOptions {
   readonly allowedHosts?: readonly string[];
   /** Largest request body in bytes (default: the largest job args plus room for the other fields); a larger one gets 413. */
   readonly bodyLimit?: number;
+  /** How long a GET may read the ledger itself (audit, a job's history, explain) before it is answered 503 (default READ_BUDGET_MS). */
+  readonly readBudgetMs?: number;
   readonly logger?: Logger;
 }
 
@@ -50,6 +54,7 @@ const statusOf = (error: unknown): number => {
   if (error instanceof ValidationError) return 400;
   if (error instanceof UnknownKeyError || error instanceof UnknownJobError) return 404;
   if (error instanceof RefusedError || error instanceof EventDecodeError) return 409;
+  if (error instanceof ReadBudgetError) return 503;
   const status = (error as FastifyError).statusCode;
   // Fastify's own client errors: unparsable JSON (400), body too large (413), wrong media type (415).
   return typeof status === 'number' && status >= 400 && status < 500 ? status : 500;
@@ -60,6 +65,7 @@ const statusOf = (error: unknown): number => {
  * its field, and what fastify's body parser refused (bad JSON, too large, wrong media type) `(body)`.
  */
 const bodyOf = (error: unknown, status: number): ErrorBody => {
+  if (error instanceof ReadBudgetError) return { error: error.message };
   if (status >= 500) return { error: 'internal error (see the server log)' };
   if (error instanceof ValidationError) return { error: error.message, field: error.field };
   if (error instanceof EventDecodeError) return { error: error.message, stream: error.stream, revision: error.revision, position: error.position === null ? null : `${error.position.commit}/${error.position.prepare}` };
@@ -84,15 +90,18 @@ export const createHttpServer = async (options: HttpServerOptions): Promise<Fast
   });
   app.setErrorHandler(async (error, request, reply) => {
     const status = statusOf(error);
-    if (status >= 500) log.error({ err: error, method: request.method, url: request.url }, 'HTTP request failed');
+    // A read past its budget is the server keeping itself free, not a fault: said, not traced.
+    if (error instanceof ReadBudgetError) log.warn({ method: request.method, url: request.url, budgetMs: error.budgetMs }, 'HTTP read stopped at its budget');
+    else if (status >= 500) log.error({ err: error, method: request.method, url: request.url }, 'HTTP request failed');
     return reply.code(status).send(bodyOf(error, status));
   });
   app.setNotFoundHandler(async (request, reply) => reply.code(404).send({ error: `no route ${request.method} ${request.url.split('?')[0]}` } satisfies ErrorBody));
   registerPage(app);
   registerKeyRoutes(app, options.ledger);
   registerWorkerRoutes(app, options.ledger);
-  registerJobRoutes(app, options.ledger);
-  registerAuditRoutes(app, options.ledger);
+  const budgets = readBudgets(options.readBudgetMs ?? READ_BUDGET_MS);
+  registerJobRoutes(app, options.ledger, budgets);
+  registerAuditRoutes(app, options.ledger, budgets);
   /** Who the bearer token stands for: `{ name }`, null for the shared token (a POST: only mutating routes check the token). */
   app.post('/api/whoami', async (request) => ({ name: operatorName(request) }));
   registerMetrics(app, options.ledger);

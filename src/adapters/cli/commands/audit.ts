@@ -1,12 +1,13 @@
 import type { Command } from 'commander';
 import ms from 'ms';
-import type { Audit } from '../../../commands/audit.js';
+import { AUDIT_PAGE, MAX_AUDIT_PAGE, type Audit, type AuditPage } from '../../../commands/audit.js';
 import { jobName, type Handoff } from '../../../domain/audit.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { UsageError, asUsage } from '../errors.js';
 import { print, table, time } from '../output.js';
+import { integer } from '../parse.js';
 
-const FLAG_OF = { key: '--key', jobId: '--job' };
+const FLAG_OF = { key: '--key', jobId: '--job', before: '--before', limit: '--limit' };
 
 const how = (h: Handoff): string => (h.how === 'promoted' ? `promoted after ${ms(h.parkedMs ?? 0)} parked` : 'acquired');
 
@@ -28,11 +29,15 @@ export const registerAudit = (program: Command, ctx: CommandContext): void => {
     )
     .option('--key <key>', 'the concurrency key')
     .option('--job <id>', 'one job')
+    .option('--before <revision>', "a key's older page: the events before this revision (the last page's `older`)", integer('--before'))
+    .option('--limit <n>', `events of a key's page (default ${AUDIT_PAGE}, at most ${MAX_AUDIT_PAGE})`, integer('--limit'))
     .option('--events', 'and every event behind them, in words')
     .option('--json', 'machine-readable output, with the events')
-    .action(async (flags: { key?: string; job?: string; events?: boolean; json?: boolean }) => {
+    .action(async (flags: { key?: string; job?: string; before?: number; limit?: number; events?: boolean; json?: boolean }) => {
       if ((flags.key === undefined) === (flags.job === undefined)) throw new UsageError('--key: give --key K or --job ID (one of them)');
-      const target = flags.key !== undefined ? { key: flags.key } : { jobId: flags.job! };
+      if (flags.job !== undefined && (flags.before !== undefined || flags.limit !== undefined)) throw new UsageError(`${flags.before !== undefined ? '--before' : '--limit'}: pages a key's audit (--key); a job's is whole`);
+      const page = { ...(flags.before === undefined ? {} : { before: flags.before }), ...(flags.limit === undefined ? {} : { limit: flags.limit }) };
+      const target = flags.key !== undefined ? { key: flags.key, ...page } : { jobId: flags.job! };
       const audit = await withLedger(ctx, (ledger) => ledger.audit(target).catch(asUsage(FLAG_OF)));
       print({ json: flags.json === true }, audit, () => {
         const { handoffs } = audit;
@@ -48,12 +53,17 @@ export const registerAudit = (program: Command, ctx: CommandContext): void => {
           // A guest's start and the who or what of its release are recorded on its own key only.
           homes.length === 0 ? '' : `jobs of other keys held these slots as a further limit: their workers, attempts and who or what let them go are in their own keys' audits (${homes.map((k) => `jobledger audit --key ${k}`).join(', ')})`,
           flags.events === true ? eventLines(audit) : '',
+          audit.page === undefined ? '' : pageLine(flags.key!, audit.page),
         ]
           .filter(Boolean)
           .join('\n');
       });
     });
 };
+
+/** Where the page sits, and how to read the one before it. */
+const pageLine = (key: string, page: AuditPage): string =>
+  `events ${page.from}–${page.to} of ${page.head + 1}` + (page.older === null ? '' : `; older: jobledger audit --key ${key} --before ${page.older}`);
 
 const eventLines = (audit: Audit): string =>
   table(['revision', 'at', 'event'], audit.events.map((e, i) => [e.revision, time((e.data as { at?: number }).at), audit.eventsInWords[i]]));

@@ -10,8 +10,14 @@ export const EVENTS_CHANNEL = 'jobledger_events';
 
 const fromRevision = (stream: string, from: string): string => rowsFrom('ledger_appends', 'a', stream, from);
 
-// $1 stream, $2 first revision, $3 rows at most (NULL: all): each row holds one event or more.
-export const READ_STREAM_SQL = `SELECT ${rowColumns('a')} FROM ledger_appends a WHERE ${fromRevision('$1', '$2')} ORDER BY a.revision LIMIT $3`;
+// $1 stream, $2 first revision, $3 events at most (NULL: all). A row holds one event or more,
+// at consecutive revisions: the rows that start before $2 + $3 hold the events asked for, and
+// the last may hold more. This MUST bound revisions, not rows: a LIMIT of $3 rows read every row
+// after $2 when rows hold many events (an enqueue of 1,000 jobs is one row of 2,000 events), so
+// a stream read a page at a time was read again at every page.
+export const READ_STREAM_SQL = `SELECT ${rowColumns('a')} FROM ledger_appends a
+WHERE ${fromRevision('$1', '$2')} AND ($3::bigint IS NULL OR a.revision < $2::bigint + $3::bigint)
+ORDER BY a.revision`;
 
 // $1 streams, $2 the first revision of each.
 export const READ_STREAMS_SQL = `

@@ -8,12 +8,18 @@ import { $, el, getJson, jobLink, keyLink, known, orMissing, t, tr } from './ui.
 /** The moment asked for (epoch ms), or null for now. */
 let asOf = null;
 
+/** Every renewal on a line of its own (asked for on the page), or each run of renewals in one line. */
+let allRenewals = false;
+
+/** Reads and draws the page again (given by wireJobView). */
+let refreshView = () => {};
+
 const homeKey = (key) => (key.startsWith('job:') ? null : key);
 
 /** The job's history and explanation; null when the server does not know the job (404). */
 export const readJob = (jobId) =>
   orMissing(async () => {
-    const [history, explanation] = await Promise.all([getJson('/api/jobs/history', { jobId }), getJson('/api/jobs/explain', { jobId, at: asOf === null ? undefined : String(asOf) })]);
+    const [history, explanation] = await Promise.all([getJson('/api/jobs/history', { jobId, renewals: allRenewals ? 'all' : undefined }), getJson('/api/jobs/explain', { jobId, at: asOf === null ? undefined : String(asOf) })]);
     return { key: homeKey(history.key), history, explanation };
   });
 
@@ -133,11 +139,18 @@ const eventItem = (e, home) =>
         e.by === null ? null : e.via === null ? t('event.by', { by: e.by }) : t('event.byVia', { by: e.by, via: e.via }),
         e.workerId === null ? null : t('handoff.worker', { worker: e.workerId }),
         e.why,
+        e.renewals === undefined ? null : t('event.renewals', { count: e.renewals.count, first: tr.clock(e.renewals.firstAt) }),
       ]
         .filter((part) => part !== null && part !== '')
         .join(' · '),
+      e.renewals === undefined ? null : [' ', el('button', { type: 'button', className: 'link show-renewals', onclick: showRenewals }, t('event.showRenewals'))],
     ),
   );
+
+const showRenewals = () => {
+  allRenewals = true;
+  refreshView();
+};
 
 /** The error of its last failed attempt, from its events. */
 const lastError = (history) => [...history.events].reverse().find((e) => e.type === 'JobFailed')?.why ?? null;
@@ -174,6 +187,7 @@ export const renderJobView = (jobId, loaded, workers) => {
 
 /** The "as of" field: a moment in this browser's time zone, sent as epoch ms; empty (or Now) is now. `refresh` reads the page again. */
 export const wireJobView = (refresh) => {
+  refreshView = refresh;
   $('job-at-form').addEventListener('submit', (e) => {
     e.preventDefault();
     const value = $('job-at').value;
@@ -188,6 +202,7 @@ export const wireJobView = (refresh) => {
   });
   window.addEventListener('hashchange', () => {
     asOf = null;
+    allRenewals = false;
     $('job-at').value = '';
   });
 };

@@ -5,13 +5,13 @@ import type { EnqueueInput } from '../../../commands/enqueue.js';
 import { Actor, JobId, Key, Name, QueueName, Text } from '../../../domain/values.js';
 import { JobStatusFilter } from '../../postgres/queries/list-jobs.js';
 import type { Ledger } from '../../ledger.js';
-import { closedObject, decodeInput, IntegerString, operator, VIA } from '../input.js';
+import { closedObject, decodeInput, IntegerString, operator, type ReadBudgets, VIA } from '../input.js';
 
 const JobsQuery = closedObject({}, { key: Key, name: Name, queue: QueueName, status: JobStatusFilter, limit: IntegerString, cursor: Text });
 const CancelBody = closedObject({ jobId: JobId }, { by: Actor });
 /** The jobs are checked by the ledger (ids, one of jobIds or key), which names the field at fault. */
 const DeadJobsBody = closedObject({}, { jobIds: t.unknown, key: t.unknown, by: Actor });
-const JobQuery = closedObject({ jobId: JobId }, {});
+const HistoryQuery = closedObject({ jobId: JobId }, { renewals: t.union([t.literal('folded'), t.literal('all')]) });
 const ExplainQuery = closedObject({ jobId: JobId }, { at: Text });
 
 /**
@@ -62,10 +62,12 @@ const EnqueueBody = closedObject({}, { ...Object.fromEntries(Object.keys(ENQUEUE
 //   promoted, waitedMs } | null, ended: { at, reason, by, lastError } | null, waits: [{ kind:
 //   parked, from, until, ms, on: [{ key, why: full | paused }] } | { kind: scheduled, from, until,
 //   ms, runAt, why }], waited: { parkedMs, scheduledMs } }. Times are epoch ms.
-// GET /api/jobs/history?jobId -> { jobId, key, stream, events: [{ stream, revision, type, at, by,
-//   via, workerId, why, inWords, data }] }: every event of the job on its key and its limit keys,
-//   in the ledger's order.
-export const registerJobRoutes = (app: FastifyInstance, ledger: Ledger): void => {
+// GET /api/jobs/history?jobId[&renewals=all] -> { jobId, key, stream, renewals, events: [{ stream,
+//   revision, type, at, by, via, workerId, why, inWords, data, renewals? }] }: every event of the
+//   job on its key and its limit keys, in the ledger's order; a run of renewals of one lease is one
+//   event (its last, with renewals: { count, firstAt, firstRevision }) unless renewals=all.
+// Both read the ledger within READ_BUDGET_MS, else 503.
+export const registerJobRoutes = (app: FastifyInstance, ledger: Ledger, readBudget: ReadBudgets): void => {
   /** Newest first; `cursor` is the previous page's nextCursor. */
   app.get('/api/jobs', async (request) => ledger.jobs(decodeInput(JobsQuery, request.query, '(query)')));
 
@@ -92,8 +94,8 @@ export const registerJobRoutes = (app: FastifyInstance, ledger: Ledger): void =>
 
   app.get('/api/jobs/explain', async (request) => {
     const { jobId, at } = decodeInput(ExplainQuery, request.query, '(query)');
-    return ledger.explain({ jobId, ...(at === undefined ? {} : { at }) });
+    return ledger.explain({ jobId, ...(at === undefined ? {} : { at }) }, readBudget());
   });
 
-  app.get('/api/jobs/history', async (request) => ledger.jobHistory(decodeInput(JobQuery, request.query, '(query)')));
+  app.get('/api/jobs/history', async (request) => ledger.jobHistory(decodeInput(HistoryQuery, request.query, '(query)'), readBudget()));
 };
