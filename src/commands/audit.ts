@@ -6,7 +6,7 @@ import type { JobStreamLookup } from '../domain/ports/job-streams.js';
 import { keyStream } from '../domain/streams.js';
 import { Key, NonEmptyString, ValidationError, checkField, refine } from '../domain/values.js';
 import { decodeRecorded } from '../domain/recorded.js';
-import { eachPage, readJobStreams } from './job-events.js';
+import { eachPage, jobEventsOf, limitsOf } from './job-events.js';
 import type { ReadBudget } from './read-budget.js';
 
 /**
@@ -76,10 +76,11 @@ export const audit = async (deps: AuditDeps, target: AuditTarget): Promise<Audit
   const jobId = checkField('jobId', JobId, givenJobId);
   const stream = await deps.jobStream(jobId);
   if (stream === null) throw new UnknownJobError(jobId);
-  const { home, limits, events } = await readJobStreams(deps.store, stream, jobId, undefined, deps.budget);
+  const events = await jobEventsOf(deps.store, stream, jobId, deps.budget);
   // Its tenures at home, then as a guest of each limit key (its slots there, under the same leases).
-  const handoffs = [home, ...limits].flatMap((s) =>
-    handoffsOf(auditKeyOf(s.stream), events.filter((e) => e.stream === s.stream).map((e) => ({ revision: e.revision, event: e.event }))),
+  const streams = [stream, ...limitsOf(events).map(keyStream)];
+  const handoffs = streams.flatMap((s) =>
+    handoffsOf(auditKeyOf(s), events.filter((e) => e.stream === s).map((e) => ({ revision: e.revision, event: e.event }))),
   );
   return {
     handoffs,
@@ -140,7 +141,7 @@ export const jobHistory = async (deps: AuditDeps, input: JobHistoryInput): Promi
   const renewals = input.renewals === undefined ? 'folded' : checkField('renewals', Renewals, input.renewals);
   const stream = await deps.jobStream(jobId);
   if (stream === null) throw new UnknownJobError(jobId);
-  const { events } = await readJobStreams(deps.store, stream, jobId, undefined, deps.budget);
+  const events = await jobEventsOf(deps.store, stream, jobId, deps.budget);
   const words = describeEvents(events.map((e) => e.event));
   const out: HistoryEvent[] = [];
   events.forEach((e, i) => {

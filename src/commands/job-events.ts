@@ -100,7 +100,7 @@ const foldStream = async (store: EventStore, stream: string, jobIds: ReadonlySet
 };
 
 /** The limit keys of the job's last arrival (JobEnqueued, or JobRetried) among its events. */
-const limitsOf = (events: readonly JobEvent[]): readonly string[] => {
+export const limitsOf = (events: readonly JobEvent[]): readonly string[] => {
   for (let i = events.length - 1; i >= 0; i--) {
     const e = events[i]!.event;
     if (e.type === 'JobEnqueued' || e.type === 'JobRetried') return e.data.limits ?? [];
@@ -132,4 +132,20 @@ export const readJobStreams = async (store: EventStore, home: string, jobId: str
   const { home: at, jobs } = await readJobsOfStream(store, home, [jobId], until, budget);
   // No event of the job (yet, as of `until`): the home as it stands, and no limits.
   return jobs.get(jobId) ?? { home: at, limits: [], events: [] };
+};
+
+const jobEventOf = (r: RecordedEvent): JobEvent => ({ stream: r.stream, revision: r.revision, position: r.position, event: decodeRecorded(r), data: r.data, metadata: r.metadata });
+
+/**
+ * One job's events on its home and on the limit keys of its last arrival, in global order, as
+ * its history and its audit show them: found by the store's index on job ids when it has one
+ * (the cost is the job's events, not its streams'), else by folding its streams.
+ */
+export const jobEventsOf = async (store: EventStore, home: string, jobId: string, budget?: ReadBudget): Promise<readonly JobEvent[]> => {
+  if (store.readJobEvents === undefined) return (await readJobStreams(store, home, jobId, undefined, budget)).events;
+  checkBudget(budget);
+  const own = (await store.readJobEvents(jobId, [home])).map(jobEventOf);
+  const limits = limitsOf(own);
+  const guest = limits.length === 0 ? [] : (await store.readJobEvents(jobId, limits.map(keyStream))).map(jobEventOf);
+  return [...own, ...guest].sort((a, b) => comparePositions(a.position, b.position));
 };

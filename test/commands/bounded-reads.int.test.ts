@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { READ_JOB_ROWS_SQL } from '../../src/adapters/eventstore/postgres/event-rows.js';
 import { AUDIT_PAGE } from '../../src/commands/audit.js';
 import { budgetOf, ReadBudgetError } from '../../src/commands/read-budget.js';
 import { keyStream } from '../../src/domain/streams.js';
@@ -49,6 +50,14 @@ describe('reads on a key with 3,000 parked jobs and 50,000 events', () => {
     const at = await s.ledger.keyStateAt('big', { at: T0 });
     expect('state' in at && Object.keys(at.state.jobs)).toHaveLength(PARKED + 1);
   }, 30_000);
+
+  it("a job's rows on a key are found by the index on job ids, not by reading the key (appends_job_ids)", async () => {
+    // As autovacuum would: the pending list of the GIN index merged, and the statistics fresh.
+    await s.db.pool.query('VACUUM ANALYZE appends');
+    const plan = (await s.db.pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${READ_JOB_ROWS_SQL.replace('$1::text', "'p1'::text").replace('$2::text[]', "'{key:big}'::text[]")}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+    // The week that holds the rows is read by its index (an empty week may be scanned: it has no rows).
+    expect(plan).toMatch(/Bitmap Index Scan on appends_w\d+_jl_job_ids_idx/);
+  });
 
   it("a key's audit is a page, newest first, with the cursor to the one before", async () => {
     const first = await s.ledger.audit({ key: 'big' });

@@ -21,7 +21,8 @@ import type { Projection } from '../../../projections/projection.js';
 import { Notifications } from '../../postgres/listener.js';
 import { PollingSubscription } from './polling-subscription.js';
 import { eventsAfter, type LedgerRow } from '../../../projections/ledger-rows.js';
-import { EVENTS_CHANNEL, READ_STREAMS_SQL, READ_STREAM_SQL, afterParameters, eventsFrom, readAllSql } from './event-rows.js';
+import { isJobStream } from './stream-sql.js';
+import { EVENTS_CHANNEL, READ_JOB_ROWS_SQL, READ_STREAMS_SQL, READ_STREAM_SQL, afterParameters, eventsFrom, readAllSql } from './event-rows.js';
 import { PgWriteTransaction } from './write-transaction.js';
 
 export { EVENTS_CHANNEL } from './event-rows.js';
@@ -146,6 +147,14 @@ export class PostgresEventStore implements EventStore, LedgerStore {
     const { rows } = await this.pool.query<LedgerRow>(READ_STREAMS_SQL, [requests.map((r) => r.stream), requests.map((r) => r.fromRevision)]);
     for (const row of rows) result.get(row.stream)?.push(...eventsFrom([row], from.get(row.stream)!));
     return result;
+  }
+
+  async readJobEvents(jobId: string, streams: readonly string[]): Promise<RecordedEvent[]> {
+    const keyed = streams.filter((s) => !isJobStream(s));
+    // A job stream is the job's alone: read whole, by its primary key.
+    const own = await Promise.all(streams.filter(isJobStream).map((s) => this.readStream(s)));
+    const rows = keyed.length === 0 ? [] : (await this.pool.query<LedgerRow>(READ_JOB_ROWS_SQL, [jobId, keyed])).rows;
+    return [...own.flat(), ...eventsFrom(rows, 0).filter((e) => (e.data as { jobId?: unknown }).jobId === jobId)];
   }
 
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
