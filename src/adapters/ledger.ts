@@ -313,7 +313,14 @@ export class Ledger extends LedgerReader {
   /** Why a job is where it is (its place in line, what it waits on, its holders' leases, its waits), now or as of `at`, from the ledger. */
   explain(input: { readonly jobId: string; readonly at?: number | string | Date }, reads: LedgerReads = {}): Promise<Explanation> {
     return explainJob(
-      { store: this.store, jobStream: this.jobStream, clock: this.clock, liveWorkers: async () => new Set((await this.workers()).filter((w) => w.state === 'live').map((w) => w.id)), ...reads },
+      {
+        store: this.store,
+        jobStream: this.jobStream,
+        clock: this.clock,
+        liveWorkers: async () => new Set((await this.workers()).filter((w) => w.state === 'live').map((w) => w.id)),
+        load: (stream) => this.writer.load(stream),
+        ...reads,
+      },
       input,
     );
   }

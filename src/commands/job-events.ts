@@ -1,5 +1,5 @@
 import type { KeyEvent } from '../domain/events.js';
-import { apply, draftOf, initialKeyState, type KeyState } from '../domain/key-state.js';
+import { apply, draftOf, holders, initialKeyState, type KeyState } from '../domain/key-state.js';
 import { comparePositions, type EventStore, type GlobalPosition, type JsonObject, type RecordedEvent, type StreamRevision } from '../domain/ports/event-store.js';
 import { decodeRecorded } from '../domain/recorded.js';
 import { keyStream } from '../domain/streams.js';
@@ -127,8 +127,16 @@ export const readJobsOfStream = async (store: EventStore, home: string, jobIds: 
   return { home: own.at, jobs: out };
 };
 
-/** One job's streams and events, as of `until` (epoch ms; now when absent). */
-export const readJobStreams = async (store: EventStore, home: string, jobId: string, until?: number, budget?: ReadBudget): Promise<JobStreams> => {
+/**
+ * One job's streams and events, as of `until` (epoch ms; now when absent). Now, with `load` and a
+ * store that finds a job's events by its id, nothing is folded but what follows each snapshot.
+ */
+export const readJobStreams = async (store: EventStore, home: string, jobId: string, until?: number, budget?: ReadBudget, load?: StreamLoad): Promise<JobStreams> => {
+  if (until === undefined && load !== undefined && store.readJobEvents !== undefined) {
+    checkBudget(budget);
+    const now = await readJobStreamsNow(store as Required<Pick<EventStore, 'readJobEvents'>>, load, home, jobId);
+    if (now !== undefined) return now;
+  }
   const { home: at, jobs } = await readJobsOfStream(store, home, [jobId], until, budget);
   // No event of the job (yet, as of `until`): the home as it stands, and no limits.
   return jobs.get(jobId) ?? { home: at, limits: [], events: [] };
@@ -144,8 +152,45 @@ const jobEventOf = (r: RecordedEvent): JobEvent => ({ stream: r.stream, revision
 export const jobEventsOf = async (store: EventStore, home: string, jobId: string, budget?: ReadBudget): Promise<readonly JobEvent[]> => {
   if (store.readJobEvents === undefined) return (await readJobStreams(store, home, jobId, undefined, budget)).events;
   checkBudget(budget);
-  const own = (await store.readJobEvents(jobId, [home])).map(jobEventOf);
+  return (await indexedJobEvents(store as Required<Pick<EventStore, 'readJobEvents'>>, home, jobId)).events;
+};
+
+/** The job's events on its home, then on the limit keys of its last arrival, found by the store's index, in global order. */
+const indexedJobEvents = async (store: Required<Pick<EventStore, 'readJobEvents'>>, home: string, jobId: string): Promise<{ events: JobEvent[]; limits: readonly string[] }> => {
+  const own = (await store.readJobEvents([jobId], [home])).map(jobEventOf);
   const limits = limitsOf(own);
-  const guest = limits.length === 0 ? [] : (await store.readJobEvents(jobId, limits.map(keyStream))).map(jobEventOf);
-  return [...own, ...guest].sort((a, b) => comparePositions(a.position, b.position));
+  const guest = limits.length === 0 ? [] : (await store.readJobEvents([jobId], limits.map(keyStream))).map(jobEventOf);
+  return { events: [...own, ...guest].sort((a, b) => comparePositions(a.position, b.position)), limits };
+};
+
+/** A stream's state as it stands: its latest snapshot and the events after it (the key writer's load). */
+export type StreamLoad = (stream: string) => Promise<{ readonly state: KeyState; readonly revision: StreamRevision | 'no_stream' }>;
+
+const waitsIn = (event: KeyEvent): event is Extract<KeyEvent, { type: 'JobParked' | 'LimitWaiting' }> => event.type === 'JobParked' || event.type === 'LimitWaiting';
+
+/**
+ * The job's streams now without folding them: each stream's state from `load`, the job's events
+ * and its holders' starts found by the store's index, each wait's line from its event. Undefined
+ * when a wait of the job was recorded before waits recorded their line: its streams are folded.
+ */
+const readJobStreamsNow = async (store: Required<Pick<EventStore, 'readJobEvents'>>, load: StreamLoad, home: string, jobId: string): Promise<JobStreams | undefined> => {
+  const { events, limits } = await indexedJobEvents(store, home, jobId);
+  if (events.some((e) => waitsIn(e.event) && e.event.data.line === undefined)) return undefined;
+  const streams = [home, ...limits.map(keyStream)];
+  const at = await Promise.all(
+    streams.map(async (stream): Promise<StreamAt> => {
+      const { state, revision } = await load(stream);
+      // When each holder's lease started (its JobStarted: at home, for a guest too).
+      const held = holders(state);
+      const started = held.length === 0 ? [] : await store.readJobEvents(held.map((h) => h.jobId), [...new Set(held.map((h) => h.home ?? stream))]);
+      const leases = new Set(held.map((h) => h.lease!.leaseId));
+      const startedAt = new Map<string, number>();
+      for (const r of started) {
+        const e = decodeRecorded(r);
+        if (e.type === 'JobStarted' && leases.has(e.data.leaseId)) startedAt.set(e.data.leaseId, e.data.at);
+      }
+      return { stream, state, revision, startedAt };
+    }),
+  );
+  return { home: at[0]!, limits: at.slice(1), events: events.map((e) => (waitsIn(e.event) ? { ...e, line: e.event.data.line! } : e)) };
 };

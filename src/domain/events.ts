@@ -67,7 +67,14 @@ export const JobEnqueued = eventWith(
  * expiry the lease then had; it is not acted on.
  */
 export const SlotAcquired = event('SlotAcquired', { jobId: JobId, leaseId: LeaseId, expiresAt: t.union([Time, t.null]) });
-export const JobParked = event('JobParked', { jobId: JobId });
+/**
+ * How the key's line stood just before a job parked or waited in it: its limit, the slots held,
+ * and whether it was paused (why the job waits: full, or paused). Recorded since issue 23, so a
+ * job's explanation needs its own events only; older events lack it and are read by folding.
+ */
+export const LineAtWait = t.type({ limit: t.number, holding: t.number, paused: t.boolean });
+export type LineAtWait = t.TypeOf<typeof LineAtWait>;
+export const JobParked = eventWith('JobParked', { jobId: JobId }, { line: LineAtWait });
 export const JobPromoted = event('JobPromoted', {
   jobId: JobId,
   leaseId: LeaseId,
@@ -140,7 +147,7 @@ export const KeyResumed = event('KeyResumed', { by: t.string, reason: t.union([t
 // `home`: the job's own stream; `limits`: every limit key the job is under.
 
 /** The job waits in this key's line (it is parked at home: some limit of it is full). */
-export const LimitWaiting = event('LimitWaiting', { jobId: JobId, home: t.string, limits: t.array(t.string), priority: t.number });
+export const LimitWaiting = eventWith('LimitWaiting', { jobId: JobId, home: t.string, limits: t.array(t.string), priority: t.number }, { line: LineAtWait });
 /** The job holds one of this key's slots, under the lease of its home stream. */
 export const LimitHeld = event('LimitHeld', { jobId: JobId, home: t.string, limits: t.array(t.string), priority: t.number, leaseId: LeaseId, waitedMs: t.number });
 /** The job's slot here is free again: its home released its lease, for `reason`. */

@@ -1,6 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { READ_JOB_ROWS_SQL } from '../../src/adapters/eventstore/postgres/event-rows.js';
+import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
+import { jobStreamOf } from '../../src/adapters/postgres/queries/job-stream.js';
 import { AUDIT_PAGE } from '../../src/commands/audit.js';
+import { explainJob } from '../../src/commands/explain.js';
+import type { EventStore } from '../../src/domain/ports/event-store.js';
 import { budgetOf, ReadBudgetError } from '../../src/commands/read-budget.js';
 import { keyStream } from '../../src/domain/streams.js';
 import { ValidationError } from '../../src/domain/values.js';
@@ -54,7 +58,7 @@ describe('reads on a key with 3,000 parked jobs and 50,000 events', () => {
   it("a job's rows on a key are found by the index on job ids, not by reading the key (appends_job_ids)", async () => {
     // As autovacuum would: the pending list of the GIN index merged, and the statistics fresh.
     await s.db.pool.query('VACUUM ANALYZE appends');
-    const plan = (await s.db.pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${READ_JOB_ROWS_SQL.replace('$1::text', "'p1'::text").replace('$2::text[]', "'{key:big}'::text[]")}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+    const plan = (await s.db.pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${READ_JOB_ROWS_SQL.replace('$1::text[]', "'{p1}'::text[]").replace('$2::text[]', "'{key:big}'::text[]")}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
     // The week that holds the rows is read by its index (an empty week may be scanned: it has no rows).
     expect(plan).toMatch(/Bitmap Index Scan on appends_w\d+_jl_job_ids_idx/);
   });
@@ -162,3 +166,70 @@ describe('renewals in a job history', () => {
     expect(keyStream('r')).toBe(events.events[0]!.stream);
   });
 });
+
+describe('an explanation of now, without folding', () => {
+  let e: ScriptedLedger;
+  beforeAll(async () => {
+    e = await openScriptedLedger();
+    const { ledger } = e;
+    e.at(T0);
+    await ledger.enqueue({ name: 'sync', key: 'acme', limit: 1, maxAttempts: 3, jobId: 'a', limits: [{ key: 'api', limit: 2 }] });
+    await ledger.enqueueMany(['b', 'c', 'd'].map((jobId) => ({ name: 'sync', key: 'acme', jobId, limits: [{ key: 'api' }] })));
+    await ledger.enqueue({ name: 'other', key: 'zeta', limit: 1, jobId: 'z', limits: [{ key: 'api' }] });
+    e.at(T0 + SEC);
+    await e.start('acme', 'a', 'w1');
+    await e.start('zeta', 'z', 'w2');
+    e.at(T0 + 2 * SEC);
+    await e.fail('acme', 'a', 'timeout'); // b is promoted; a waits for its retry
+    await ledger.pause({ key: 'zeta', by: 'ops', reason: 'deploy' });
+    await ledger.enqueue({ name: 'other', key: 'zeta', jobId: 'y' }); // parks: zeta is full and paused
+    e.at(T0 + 3 * SEC);
+    await e.start('acme', 'b', 'w1');
+    await ledger.release({ key: 'acme', jobId: 'b', by: 'alice' });
+  });
+  afterAll(async () => {
+    await e?.close();
+  });
+
+  it('says what the fold of every stream says, for holders, parked, scheduled and finished jobs', async () => {
+    const store = new PostgresEventStore(e.db.pool);
+    // The same store without its index on job ids: every stream folded whole, as before issue 23.
+    const folding: EventStore = {
+      append: (...a) => store.append(...a),
+      appendMany: (...a) => store.appendMany(...a),
+      readStream: (...a) => store.readStream(...a),
+      readStreams: (...a) => store.readStreams(...a),
+      readAll: (...a) => store.readAll(...a),
+      subscribe: (...a) => store.subscribe(...a),
+      recordedEventIds: (...a) => store.recordedEventIds(...a),
+      close: () => store.close(),
+    };
+    const base = { jobStream: (jobId: string) => jobStreamOf(e.db.pool, jobId), clock: () => T0 + 4 * SEC };
+    const load = (stream: string) => e.ledger.keyState(stream.replace(/^key:/, ''));
+    const filled = new Set<number>();
+    for (const jobId of ['a', 'b', 'c', 'd', 'z', 'y']) {
+      const bounded = await explainJob({ ...base, store, load }, { jobId });
+      const folded = await explainJob({ ...base, store: folding }, { jobId });
+      // A guest holder's start is recorded at its home, which the fold of a limit key does not
+      // read (it said null); found by its id, it is known. Everything else is the same.
+      expect(withStartsOf(folded, bounded, filled), jobId).toEqual(folded);
+    }
+    expect([...filled].sort()).toEqual([T0 + SEC, T0 + 3 * SEC]); // z's start and b's, as guests of api
+  });
+});
+
+/** `bounded` with each startedAt the fold left null set back to null (the values it had go to `filled`). */
+const withStartsOf = (folded: unknown, bounded: unknown, filled: Set<number>): unknown => {
+  if (Array.isArray(bounded)) return bounded.map((b, i) => withStartsOf((folded as unknown[])?.[i], b, filled));
+  if (typeof bounded !== 'object' || bounded === null) return bounded;
+  return Object.fromEntries(
+    Object.entries(bounded).map(([k, v]) => {
+      const f = (folded as Record<string, unknown>)?.[k];
+      if (k === 'startedAt' && f === null && typeof v === 'number') {
+        filled.add(v);
+        return [k, null];
+      }
+      return [k, withStartsOf(f, v, filled)];
+    }),
+  );
+};

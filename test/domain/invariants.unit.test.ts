@@ -607,6 +607,20 @@ const holdingCounterIsTheHolders = (trace: Trace): void => {
   }
 };
 
+/** Each wait records the line as the stream's fold has it just before the wait (issue 23: a job's explanation reads it there, not from a fold of the key). */
+const everyWaitRecordsItsLine = (trace: Trace): void => {
+  for (const step of trace.steps) {
+    let state = step.before;
+    for (const event of step.events) {
+      if (event.type === 'JobParked' || event.type === 'LimitWaiting') {
+        const expected = { limit: state.limit, holding: state.holding, paused: state.paused !== undefined };
+        if (JSON.stringify(event.data.line) !== JSON.stringify(expected)) violation(trace, step, `${event.type} of ${event.data.jobId} records ${JSON.stringify(event.data.line)}, the line stood at ${JSON.stringify(expected)}`);
+      }
+      state = fold(state, [event]);
+    }
+  }
+};
+
 describe('key stream invariants (DESIGN.md), over random command sequences with a random clock', () => {
   it('1. holders ≤ limit after every admission (a lowered limit admits no one until holders drop below it)', () => {
     check(holdersWithinLimitAfterEveryAdmission);
@@ -683,6 +697,10 @@ describe('key stream decisions, over the same random sequences', () => {
 
   it('the parked index of a state changed in place stays in promotion order', () => {
     check(parkedIndexFollowsInPlaceChanges);
+  }, TIMEOUT_MS);
+
+  it('every wait records its line as it stood: the limit, the slots held and the pause just before it', () => {
+    check(everyWaitRecordsItsLine);
   }, TIMEOUT_MS);
 
   it('the holding counter always equals the number of holders', () => {

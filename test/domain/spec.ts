@@ -14,6 +14,18 @@ export const T0 = Date.UTC(2026, 10, 30, 3, 0, 0);
 export const SEC = 1_000;
 export const LEASE = 30 * SEC;
 
+/**
+ * Events without the line a wait records (JobParked, LimitWaiting: LineAtWait): specs state the
+ * decision; that each line is the state just before its wait is the property "every wait records
+ * its line as it stood" (invariants.unit.test.ts), over every history it generates.
+ */
+export const withoutLines = <E extends KeyEvent>(events: readonly E[]): E[] =>
+  events.map((e) => {
+    if (!('line' in e.data)) return e;
+    const { line: _line, ...data } = e.data as typeof e.data & { line: unknown };
+    return { ...e, data } as E;
+  });
+
 export const given = (...history: KeyEvent[]) => ({
   when: (command: Command, now = T0) => {
     // Specs only send commands that pass the codecs, like the command layer does.
@@ -21,7 +33,7 @@ export const given = (...history: KeyEvent[]) => ({
     const state = fold(initialKeyState, history);
     const result = decide(command, state, now);
     return {
-      then: (...expected: KeyEvent[]) => expect(result).toEqual(E.right(expected)),
+      then: (...expected: KeyEvent[]) => expect(E.map((es: readonly KeyEvent[]) => withoutLines(es))(result)).toEqual(E.right(withoutLines(expected))),
       thenNothing: () => expect(result).toEqual(E.right([])),
       thenRefused: (error: DomainError) => expect(result).toEqual(E.left(error)),
       /** The state after the decision, for specs that read it. */
@@ -56,7 +68,8 @@ export const enqueued = (spec: JobSpec, at = T0) => {
 };
 /** An admission: no expiry until a worker starts it. */
 export const acquired = (jobId: string, leaseId: string, at = T0) => ev('SlotAcquired')({ jobId, leaseId, expiresAt: null }, at);
-export const parked = (jobId: string, at = T0) => ev('JobParked')({ jobId }, at);
+/** `line`: how the key stood, when a spec states it (else `then` leaves it out: see withoutLines). */
+export const parked = (jobId: string, at = T0, line?: { limit: number; holding: number; paused: boolean }) => ev('JobParked')({ jobId, ...(line === undefined ? {} : { line }) }, at);
 export const promoted = (jobId: string, leaseId: string, at: number, waitedMs: number) =>
   ev('JobPromoted')({ jobId, leaseId, expiresAt: null, waitedMs }, at);
 export const scheduled = (jobId: string, runAt: number, at = T0) => ev('JobScheduled')({ jobId, runAt }, at);

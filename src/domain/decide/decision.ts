@@ -78,7 +78,9 @@ export class Decision {
   }
 
   emit<T extends KeyEventType>(type: T, data: Omit<EventData<T>, 'at'>): void {
-    const event = mk(type, { ...data, at: this.now } as unknown as EventData<T>);
+    // A wait records how the line stood (LineAtWait): the state before this event.
+    const line = type === 'JobParked' || type === 'LimitWaiting' ? { line: { limit: this.draft.limit, holding: this.draft.holding, paused: this.draft.paused !== undefined } } : {};
+    const event = mk(type, { ...data, ...line, at: this.now } as unknown as EventData<T>);
     const jobId = (data as { readonly jobId?: string }).jobId;
     const before = jobId === undefined ? undefined : this.draft.jobs[jobId];
     this.events.push(event);

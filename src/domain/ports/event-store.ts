@@ -138,11 +138,11 @@ export interface EventStore {
    */
   readStreams(requests: readonly { readonly stream: string; readonly fromRevision: StreamRevision }[]): Promise<ReadonlyMap<string, RecordedEvent[]>>;
   /**
-   * The events of one job (their data's jobId) on these streams, each stream's in revision order:
+   * The events of some jobs (their data's jobId) on these streams, each stream's in revision order:
    * found by an index on job ids rather than by reading the streams whole. Optional: a store
    * without such an index leaves it out, and readers fold the streams instead (job-events.ts).
    */
-  readJobEvents?(jobId: string, streams: readonly string[]): Promise<RecordedEvent[]>;
+  readJobEvents?(jobIds: readonly string[], streams: readonly string[]): Promise<RecordedEvent[]>;
   /** Events of every stream (or those with a prefix) in global order, only once no earlier event can still appear. */
   readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
   /**

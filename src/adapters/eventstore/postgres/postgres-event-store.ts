@@ -149,12 +149,13 @@ export class PostgresEventStore implements EventStore, LedgerStore {
     return result;
   }
 
-  async readJobEvents(jobId: string, streams: readonly string[]): Promise<RecordedEvent[]> {
+  async readJobEvents(jobIds: readonly string[], streams: readonly string[]): Promise<RecordedEvent[]> {
     const keyed = streams.filter((s) => !isJobStream(s));
-    // A job stream is the job's alone: read whole, by its primary key.
+    // A job stream is its job's alone: read whole, by its primary key.
     const own = await Promise.all(streams.filter(isJobStream).map((s) => this.readStream(s)));
-    const rows = keyed.length === 0 ? [] : (await this.pool.query<LedgerRow>(READ_JOB_ROWS_SQL, [jobId, keyed])).rows;
-    return [...own.flat(), ...eventsFrom(rows, 0).filter((e) => (e.data as { jobId?: unknown }).jobId === jobId)];
+    const rows = keyed.length === 0 || jobIds.length === 0 ? [] : (await this.pool.query<LedgerRow>(READ_JOB_ROWS_SQL, [jobIds, keyed])).rows;
+    const wanted = new Set(jobIds);
+    return [...own.flat(), ...eventsFrom(rows, 0).filter((e) => wanted.has((e.data as { jobId?: string }).jobId ?? ''))];
   }
 
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
