@@ -80,6 +80,10 @@ export const createHttpServer = async (options: HttpServerOptions): Promise<Fast
   app.addHook('onRequest', requireToken(tokens, { readsToo: policy.readsNeedToken, openFiles: PAGE_FILES }));
   app.addHook('onSend', async (request, reply) => {
     reply.header('x-content-type-options', 'nosniff');
+    // no-store, not no-cache (which lets a browser keep an answer to revalidate): the answers hold
+    // keys, job args and workers, read under a bearer token, and stay off disk and out of any
+    // cache. Revalidation needs no HTTP cache: the page keeps its last answer in memory and sends
+    // If-None-Match itself (ui.js getJson); the polled reads answer 304 (src/adapters/http/etag.ts).
     if (request.url.startsWith('/api/')) reply.header('cache-control', 'no-store');
   });
   app.setErrorHandler(async (error, request, reply) => {
