@@ -4,7 +4,7 @@ import { Reason } from '../../../domain/commands.js';
 import { UnknownKeyError } from '../../../domain/errors.js';
 import { Actor, JobId, Key, LeaseMs, Limit, Text } from '../../../domain/values.js';
 import type { Ledger } from '../../ledger.js';
-import { KeySort, SortDirection } from '../../postgres/queries/list-keys.js';
+import { KeySort, SortDirection, keyPageOrder } from '../../postgres/queries/list-keys.js';
 import { weakTag, notModified } from '../etag.js';
 import { BooleanString, closedObject, decodeInput, IntegerString, operator, VIA } from '../input.js';
 import { UNSTARTED_WARNING_MS, warningsOf } from './warnings.js';
@@ -32,10 +32,11 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger): void =>
    */
   app.get('/api/keys', async (request, reply) => {
     const query = decodeInput(KeysQuery, request.query, '(query)');
+    // Checked before anything is read; with its defaults filled in, the page's tag names one page however it is asked.
+    const order = keyPageOrder(query);
     const now = ledger.now();
     const [v, size] = await Promise.all([ledger.version(now, UNSTARTED_WARNING_MS), ledger.ledgerSize()]);
-    // The query as the page reads it: its order and filter, so a tag names one page.
-    const tag = weakTag(['keys', query, v.head, v.pending, v.projected, v.quarantined, v.presence, v.expired, v.unstarted, size]);
+    const tag = weakTag(['keys', order, v.head, v.pending, v.projected, v.quarantined, v.presence, v.expired, v.unstarted, size]);
     if (notModified(request, reply, tag)) return reply;
     const [page, queues] = await Promise.all([ledger.keyPage({ ...query, unstartedAfterMs: UNSTARTED_WARNING_MS }, now), ledger.queues()]);
     return {

@@ -312,6 +312,31 @@ interface PageResult {
   readonly unstartedQueues: string[];
 }
 
+/** A KeyPageQuery checked, its defaults filled in: equal queries ask for the same page. */
+export interface KeyPageOrder {
+  readonly sort: KeySort;
+  readonly dir: SortDirection;
+  readonly limit: number;
+  readonly offset: number;
+  readonly match: string | null;
+  readonly atLimit: boolean | null;
+  readonly attention: boolean | null;
+}
+
+/** Checks `query` (ValidationError naming the field at fault) and fills in its defaults. */
+export const keyPageOrder = (query: Omit<KeyPageQuery, 'unstartedAfterMs'>): KeyPageOrder => {
+  const sort = query.sort === undefined ? 'attention' : checkField('sort', KeySort, query.sort);
+  return {
+    sort,
+    dir: query.dir === undefined ? KEY_SORTS[sort] : checkField('dir', SortDirection, query.dir),
+    limit: query.limit === undefined ? DEFAULT_KEY_PAGE : checkField('limit', PageSize, query.limit),
+    offset: query.offset === undefined ? 0 : checkField('offset', Offset, query.offset),
+    match: query.match === undefined ? null : checkField('match', Match, query.match),
+    atLimit: query.atLimit === undefined ? null : checkField('atLimit', t.boolean, query.atLimit),
+    attention: query.attention === undefined ? null : checkField('attention', t.boolean, query.attention),
+  };
+};
+
 /**
  * A page of keys in the order `query.sort` asks (see KEY_SORTS) among those its filter matches,
  * with the totals and the attention groups over every key. Leases and the unstarted threshold are
@@ -319,22 +344,8 @@ interface PageResult {
  * a bad query.
  */
 export const keyPage = async (pool: pg.Pool, query: KeyPageQuery, now: number): Promise<KeyPage> => {
-  const sort = query.sort === undefined ? 'attention' : checkField('sort', KeySort, query.sort);
-  const dir = query.dir === undefined ? KEY_SORTS[sort] : checkField('dir', SortDirection, query.dir);
-  const limit = query.limit === undefined ? DEFAULT_KEY_PAGE : checkField('limit', PageSize, query.limit);
-  const offset = query.offset === undefined ? 0 : checkField('offset', Offset, query.offset);
-  const values = [
-    now,
-    query.unstartedAfterMs,
-    query.match === undefined ? null : checkField('match', Match, query.match),
-    query.atLimit === undefined ? null : checkField('atLimit', t.boolean, query.atLimit),
-    query.attention === undefined ? null : checkField('attention', t.boolean, query.attention),
-    sort,
-    dir === 'asc' ? 1 : -1,
-    limit,
-    offset,
-    LISTED_PER_WARNING,
-  ];
+  const order = keyPageOrder(query);
+  const values = [now, query.unstartedAfterMs, order.match, order.atLimit, order.attention, order.sort, order.dir === 'asc' ? 1 : -1, order.limit, order.offset, LISTED_PER_WARNING];
   // JIT off: at 10,000 keys the planner's estimate sent the statement to be compiled, 3.1 s of
   // JIT for 0.3 s of execution (EXPLAIN ANALYZE); SET LOCAL needs the transaction.
   const r = await inTransaction(pool, async (client) => {
@@ -342,7 +353,7 @@ export const keyPage = async (pool: pg.Pool, query: KeyPageQuery, now: number): 
     return (await client.query<PageResult>(KEY_PAGE_SQL, values)).rows[0]!;
   });
   return {
-    order: { sort, dir, limit, offset },
+    order: { sort: order.sort, dir: order.dir, limit: order.limit, offset: order.offset },
     totals: { ...r.totals, oldestParkedAt: toMs(r.totals.oldestParkedAt), workers: r.workers },
     matched: r.matched,
     keys: r.keys.map(({ attention, ord: _, ...row }) => ({ ...toKeyRow(row), attention })),
