@@ -198,20 +198,20 @@ const warningItem = (w) => {
     case 'queue-without-consumer': {
       if (one) return queueSentence(w.queues[0]);
       const named = w.queues.map((q) => el('span', {}, ...tr.parts('warning.queueDepth', { queue: el('code', {}, q.queue), count: q.depth })));
-      return [t('warning.queuesWithoutConsumer', { count: w.count }), warnedList(named, w.count)];
+      return [t('warning.queuesWithoutConsumer', { count: w.count }), ...warnedList(named, w.count)];
     }
     case 'holders-unstarted': {
       const said = one ? tr.parts('warning.unstarted', { key, count: w.holders, duration: age(w.since) }) : [t('warning.unstartedKeys', { count: w.count, duration: age(w.since) })];
       // The queue nobody reads (warned of above) is why they are not started.
       const why = w.unreadQueues.length > 0 ? ` ${t('warning.unreadQueues', { count: w.unreadQueues.length, queues: w.unreadQueues.join(', ') })}` : '';
-      return [...said, why, one ? null : warnedKeys(w)];
+      return [...said, why, ...(one ? [] : warnedKeys(w))];
     }
     case 'holders-worker-gone':
-      return one ? tr.parts('warning.workerGone', { key, count: w.holders }) : [t('warning.workerGoneKeys', { count: w.count }), warnedKeys(w)];
+      return one ? tr.parts('warning.workerGone', { key, count: w.holders }) : [t('warning.workerGoneKeys', { count: w.count }), ...warnedKeys(w)];
     case 'holders-expired':
-      return one ? tr.parts('warning.expired', { key, count: w.holders }) : [t('warning.expiredKeys', { count: w.count }), warnedKeys(w)];
+      return one ? tr.parts('warning.expired', { key, count: w.holders }) : [t('warning.expiredKeys', { count: w.count }), ...warnedKeys(w)];
     case 'key-quarantined':
-      return one ? tr.parts('warning.quarantined', { key }) : [t('warning.quarantinedKeys', { count: w.count }), warnedKeys(w)];
+      return one ? tr.parts('warning.quarantined', { key }) : [t('warning.quarantinedKeys', { count: w.count }), ...warnedKeys(w)];
     default:
       return [w.message];
   }
