@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { warningsOf } from '../../src/adapters/http/routes/warnings.js';
-import type { AttentionGroup } from '../../src/adapters/postgres/queries/list-keys.js';
+import type { AttentionGroup } from '../../src/adapters/postgres/queries/key-page.js';
 import type { QueueRow } from '../../src/adapters/postgres/queries/queues.js';
 
 // The overview's warnings (GET /api/keys), one per cause from the groups the database made:

@@ -3,9 +3,9 @@
 // set one by one), never parsed as HTML: a key named `<img src=x onerror=alert(1)>` shows as
 // those characters. Every text of the page's own comes from the catalogue (i18n.js), in the
 // language picked in the header; the server's data and error messages are shown as they are.
-// This module puts the page together: the cards, the warnings, the keys and a key's view; the
-// workers and queues (workers.js), failed and dead jobs (dead-jobs.js) and a job's view
-// (job-view.js) render their own sections, all with ui.js.
+// This module puts the page together: the cards, the keys and a key's view; the warnings
+// (warnings.js), the workers and queues (workers.js), failed and dead jobs (dead-jobs.js) and a
+// job's view (job-view.js) render their own sections, all with ui.js.
 
 import { LANGUAGES } from './i18n.js';
 import { readDeadJobs, renderDeadJobs, wireDeadJobs } from './dead-jobs.js';
@@ -36,6 +36,7 @@ import {
   useLanguage,
   whoIsToken,
 } from './ui.js';
+import { renderWarnings } from './warnings.js';
 import { renderWorkers, wireWorkers } from './workers.js';
 
 const REFRESH_MS = 2000;
@@ -80,7 +81,7 @@ const viewKey = () => {
 
 /** Keys a page of the table shows; the server sorts, filters and counts them all. */
 const KEYS_PAGE = 50;
-/** The orders the server offers (src/adapters/postgres/queries/list-keys.ts KEY_SORTS), named in the picker as their columns are. */
+/** The orders the server offers (src/adapters/postgres/queries/key-page.ts KEY_SORTS), named in the picker as their columns are. */
 const SORTS = { attention: 'keys.sortAttention', key: 'col.key', inUse: 'col.inUse', lease: 'col.lease', parked: 'col.parked', scheduled: 'col.scheduled', oldestWait: 'col.oldestWait' };
 /** Typing in the filter asks the server once the typing pauses, not at every letter. */
 const FILTER_PAUSE_MS = 250;
@@ -175,52 +176,6 @@ const holdersText = (totals) => {
   ]
     .filter(Boolean)
     .join(' · ');
-};
-
-/** The first few keys or queues of a warning (nodes), then how many more: the count is the server's, over all of them. */
-const warnedList = (named, count) => [
-  ' ',
-  el('span', { className: 'warned' }, ...named.flatMap((node, i) => [i > 0 ? ', ' : '', node]), named.length < count ? ` ${t('dialog.more', { count: count - named.length })}` : ''),
-];
-
-const warnedKeys = (w) => warnedList(w.keys.map((k) => el('a', { href: keyHref(k.key) }, k.key)), w.count);
-
-const queueSentence = (q) => tr.parts('warning.queueWithoutConsumer', { queue: el('code', {}, q.queue), count: q.depth, duration: q.oldestAt === null ? '–' : age(q.oldestAt) });
-
-/**
- * One warning per cause, said from its kind and figures (its `message` is English): one key or
- * queue is named in a sentence of its own; more are counted, the first few named under it.
- */
-const warningItem = (w) => {
-  const one = w.count === 1;
-  const key = one && w.keys ? el('a', { href: keyHref(w.keys[0].key) }, w.keys[0].key) : null;
-  switch (w.kind) {
-    case 'queue-without-consumer': {
-      if (one) return queueSentence(w.queues[0]);
-      const named = w.queues.map((q) => el('span', {}, ...tr.parts('warning.queueDepth', { queue: el('code', {}, q.queue), count: q.depth })));
-      return [t('warning.queuesWithoutConsumer', { count: w.count }), ...warnedList(named, w.count)];
-    }
-    case 'holders-unstarted': {
-      const said = one ? tr.parts('warning.unstarted', { key, count: w.holders, duration: age(w.since) }) : [t('warning.unstartedKeys', { count: w.count, duration: age(w.since) })];
-      // The queue nobody reads (warned of above) is why they are not started.
-      const why = w.unreadQueues.length > 0 ? ` ${t('warning.unreadQueues', { count: w.unreadQueues.length, queues: w.unreadQueues.join(', ') })}` : '';
-      return [...said, why, ...(one ? [] : warnedKeys(w))];
-    }
-    case 'holders-worker-gone':
-      return one ? tr.parts('warning.workerGone', { key, count: w.holders }) : [t('warning.workerGoneKeys', { count: w.count }), ...warnedKeys(w)];
-    case 'holders-expired':
-      return one ? tr.parts('warning.expired', { key, count: w.holders }) : [t('warning.expiredKeys', { count: w.count }), ...warnedKeys(w)];
-    case 'key-quarantined':
-      return one ? tr.parts('warning.quarantined', { key }) : [t('warning.quarantinedKeys', { count: w.count }), ...warnedKeys(w)];
-    default:
-      return [w.message];
-  }
-};
-
-const renderWarnings = () => {
-  const warnings = state.warnings;
-  $('warnings').hidden = warnings.length === 0;
-  $('warnings-list').replaceChildren(...warnings.map((w) => el('li', { dataset: { kind: w.kind } }, warningItem(w))));
 };
 
 /** The stored token's operator, asked once per token (the header says "signed in as alice"). */
@@ -567,7 +522,7 @@ const renderStatus = () => {
 const renderAll = () => {
   renderTotals();
   renderWho();
-  renderWarnings();
+  renderWarnings(state.warnings);
   renderKeys();
   renderWorkers(state.workers, state.queues, state.workersAt);
   renderDeadJobs();
@@ -628,7 +583,7 @@ const readKeys = async () => {
     state.failure = error;
   }
   renderTotals();
-  renderWarnings();
+  renderWarnings(state.warnings);
   renderKeys();
   renderStatus();
 };

@@ -4,7 +4,7 @@ import { Reason } from '../../../domain/commands.js';
 import { UnknownKeyError } from '../../../domain/errors.js';
 import { Actor, JobId, Key, LeaseMs, Limit, Text } from '../../../domain/values.js';
 import type { Ledger } from '../../ledger.js';
-import { KeySort, SortDirection, keyPageOrder } from '../../postgres/queries/list-keys.js';
+import { KeySort, SortDirection, keyPageOrder } from '../../postgres/queries/key-page.js';
 import { weakTag, notModified } from '../etag.js';
 import { BooleanString, closedObject, decodeInput, IntegerString, operator, VIA } from '../input.js';
 import { UNSTARTED_WARNING_MS, warningsOf } from './warnings.js';

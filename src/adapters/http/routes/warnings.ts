@@ -1,9 +1,9 @@
-import { LISTED_PER_WARNING, type AttentionGroup, type KeyPage } from '../../postgres/queries/list-keys.js';
+import { LISTED_PER_WARNING, type AttentionGroup, type KeyPage } from '../../postgres/queries/key-page.js';
 import type { QueueRow } from '../../postgres/queries/queues.js';
 
 // The overview's "needs attention": one warning per cause, however many keys it touches, each
 // with how many and the first few (the database groups the keys: src/adapters/postgres/queries/
-// list-keys.ts), the queue-level cause first, since a queue nobody reads explains why its keys'
+// key-page.ts), the queue-level cause first, since a queue nobody reads explains why its keys'
 // holders are not started.
 
 /**
