@@ -88,6 +88,8 @@ export const createHttpServer = async (options: HttpServerOptions): Promise<Fast
   });
   app.setErrorHandler(async (error, request, reply) => {
     const status = statusOf(error);
+    // A poll's tag was set before its read failed: an error is no representation to revalidate.
+    reply.removeHeader('etag');
     if (status >= 500) log.error({ err: error, method: request.method, url: request.url }, 'HTTP request failed');
     return reply.code(status).send(bodyOf(error, status));
   });

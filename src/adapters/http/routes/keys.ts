@@ -62,10 +62,7 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger): void =>
     // Holder states: the workers' liveness and expiries; workerLastSeen: their heartbeats; handoffs: the ledger.
     if (notModified(request, reply, weakTag(['detail', key, v.head, v.pending, v.projected, v.quarantined, v.beats, v.expired]))) return reply;
     const detail = await ledger.keyDetail(key, now);
-    if (detail === null) {
-      reply.removeHeader('etag');
-      throw new UnknownKeyError(key);
-    }
+    if (detail === null) throw new UnknownKeyError(key);
     // A quarantined key's ledger does not read; the rest of its detail (the quarantine too) comes from the read models.
     const handoffs = detail.quarantine === null ? (await ledger.audit({ key })).handoffs : [];
     return { now, ...detail, handoffs: handoffs.slice(-RECENT_HANDOFFS).reverse() };
