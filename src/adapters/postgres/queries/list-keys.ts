@@ -42,10 +42,11 @@ export interface KeyRow {
   readonly paused: KeyPause | null;
 }
 
-// The per-key rows both listings read (this one, and a page of keys: ./key-page.ts). $1: now (epoch ms, the ledger's clock). A guest holds
-// under its home's slot: its state is that slot's. Reads every row of jl_key_stats (a view over
-// jl_keys and the slot, parked and job counts), the held slots (jl_slots, jl_limit_jobs) with
-// their workers (workers_pkey): a whole listing, so scans, bounded by the keys known.
+// The per-key rows both listings read (every key, here; a page of them, ./key-page.ts), as CTEs.
+// $1: now (epoch ms, the ledger's clock). A guest holds under its home's slot: its state is that
+// slot's. Reads every row of jl_key_stats (a view over jl_keys and the slot, parked and job
+// counts), the held slots (jl_slots, jl_limit_jobs) with their workers (workers_pkey): a whole
+// listing, so scans, bounded by the keys known.
 export const KEY_ROWS = /* sql */ `
 holders AS (
   SELECT s.stream, s.worker_id, s.expires_at, s.acquired_at FROM jl_slots s
