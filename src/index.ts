@@ -17,6 +17,8 @@ export type { DeadJobsInput, Retried } from './commands/dead-jobs.js';
 export type { Cancelled, Released } from './commands/operator-actions.js';
 export type { Explanation, ExplainedStatus, HolderView, LeaseView, LimitView, ScheduledBecause, Wait, WaitedOn } from './domain/explain.js';
 export type { KeyRow, LeaseState } from './adapters/postgres/queries/list-keys.js';
+export type { AttentionCause, AttentionGroup, KeyPage, KeyPageQuery, KeySort, KeyTotals, PagedKeyRow, SortDirection } from './adapters/postgres/queries/key-page.js';
+export type { LedgerVersion } from './adapters/postgres/queries/ledger-version.js';
 export type { Holder, KeyDetail, ParkedJob, ScheduledJob } from './adapters/postgres/queries/key-detail.js';
 export type { JobFilter, JobPage, JobRow, JobStatus } from './adapters/postgres/queries/list-jobs.js';
 export type { KeyEvent } from './domain/events.js';

@@ -11,7 +11,9 @@ import { finishedJobs } from './postgres/queries/finished-jobs.js';
 import { keyDetail, type KeyDetail } from './postgres/queries/key-detail.js';
 import { readLedgerMetrics, readLedgerSize, type LedgerMetrics, type LedgerSize } from './postgres/queries/ledger-metrics.js';
 import { listJobs, type JobFilter, type JobPage } from './postgres/queries/list-jobs.js';
+import { keyPage, type KeyPage, type KeyPageQuery } from './postgres/queries/key-page.js';
 import { listKeys, type KeyRow } from './postgres/queries/list-keys.js';
+import { readLedgerVersion, type LedgerVersion } from './postgres/queries/ledger-version.js';
 import { listQueues, type QueueRow } from './postgres/queries/queues.js';
 import { eventCount, rowCounts } from './postgres/queries/replay-counts.js';
 import { listWorkers, type WorkerRow } from './postgres/queries/workers.js';
@@ -87,9 +89,23 @@ export class LedgerReader {
     return listKeys(this.pool, this.clock());
   }
 
-  /** One key's holders, parked jobs (promotion order) and scheduled jobs; null for an unknown key (read models). */
-  keyDetail(key: string): Promise<KeyDetail | null> {
-    return keyDetail(this.pool, key, this.clock());
+  /**
+   * A page of the keys, sorted and filtered in the database, with the totals over every key and
+   * the keys needing attention grouped by cause (read models): what the dashboard reads, bounded
+   * by the page, not the keys. Judged at `now` (default: the ledger's clock now).
+   */
+  keyPage(query: KeyPageQuery, now: number = this.clock()): Promise<KeyPage> {
+    return keyPage(this.pool, query, now);
+  }
+
+  /** One key's holders, parked jobs (promotion order) and scheduled jobs; null for an unknown key (read models). Judged at `now` (default: now). */
+  keyDetail(key: string, now: number = this.clock()): Promise<KeyDetail | null> {
+    return keyDetail(this.pool, key, now);
+  }
+
+  /** What the polled reads depend on, at `now` (see LedgerVersion): a few index entries and small tables, not the reads. */
+  version(now: number, unstartedAfterMs: number): Promise<LedgerVersion> {
+    return readLedgerVersion(this.pool, now, unstartedAfterMs);
   }
 
   /** Jobs, newest first, by key and status, a page at a time (read model jl_jobs). */

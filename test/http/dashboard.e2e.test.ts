@@ -58,7 +58,7 @@ describe('the dashboard in headless Chromium', () => {
     expect(await card('card-ledger-size').textContent()).toMatch(/^[\d.]+ MB live, 0 MB archived$/);
     const rows = page.locator('#keys-body tr');
     expect(await rows.count()).toBe(3);
-    expect(await page.locator('#keys-body tr[data-key="shop/orders"] td').allTextContents()).toEqual(['shop/orders', '2 / 2at limit', 'worker gone', '1', '0', expect.stringMatching(/ s$/)]);
+    expect(await page.locator('#keys-body tr[data-key="shop/orders"] td').allTextContents()).toEqual(['shop/ordersneeds attention', '2 / 2at limit', 'worker gone', '1', '0', expect.stringMatching(/ s$/)]);
     expect(await page.locator('#keys-body tr[data-key="ключ 🔑"] td').nth(1).textContent()).toBe('1 / 2');
   });
 
@@ -77,15 +77,35 @@ describe('the dashboard in headless Chromium', () => {
     expect(problems).toEqual([]);
   });
 
-  it('filters and sorts the keys table', async (ctx) => {
+  it('filters and sorts the keys table on the server: a column sorts by it in its own direction first, then the other way', async (ctx) => {
     ctx.skip(!hasChromium, SKIP_NOTE);
-    await page.fill('#filter', 'shop');
+    await page.fill('#filter', 'SHOP');
     await expect.poll(() => page.locator('#keys-body tr').count()).toBe(1);
+    expect(await page.locator('#keys-body tr').getAttribute('data-key')).toBe('shop/orders');
     await page.fill('#filter', '');
+    await expect.poll(() => page.locator('#keys-body tr').count()).toBe(3);
+    // Parked: most first, then fewest first.
     await page.click('#keys-table th[data-sort="parked"] button');
-    await page.click('#keys-table th[data-sort="parked"] button');
-    expect(await page.locator('#keys-table th[data-sort="parked"]').getAttribute('aria-sort')).toBe('descending');
+    await expect.poll(() => page.locator('#keys-table th[data-sort="parked"]').getAttribute('aria-sort')).toBe('descending');
     expect(await page.locator('#keys-body tr').last().getAttribute('data-key')).toBe('ключ 🔑');
+    await page.click('#keys-table th[data-sort="parked"] button');
+    await expect.poll(() => page.locator('#keys-table th[data-sort="parked"]').getAttribute('aria-sort')).toBe('ascending');
+    expect(await page.locator('#keys-body tr').first().getAttribute('data-key')).toBe('ключ 🔑');
+    // Back to the default: the keys needing attention first (shop/orders: a holder whose worker is gone).
+    await page.selectOption('#keys-sort', 'attention');
+    await expect.poll(() => page.locator('#keys-table th[data-sort="parked"]').getAttribute('aria-sort')).toBe('none');
+    expect(await page.locator('#keys-body tr').first().getAttribute('data-key')).toBe('shop/orders');
+    expect(await page.locator('#keys-body tr[data-key="shop/orders"] .attention-badge').count()).toBe(1);
+    // A filter that leaves nothing says so.
+    await page.check('#only-attention');
+    await page.fill('#filter', 'ключ');
+    await expect.poll(() => page.locator('#keys-body tr').count()).toBe(0);
+    expect(await page.locator('#keys-empty').isVisible()).toBe(true);
+    expect(await page.locator('#keys-empty').textContent()).toBe('No key matches the filter.');
+    await page.uncheck('#only-attention');
+    await page.fill('#filter', '');
+    await expect.poll(() => page.locator('#keys-body tr').count()).toBe(3);
+    expect(problems).toEqual([]);
   });
 
   it('releases a running holder through the UI: warns that its lease is live, asks the token once, and the counts change', async (ctx) => {

@@ -80,7 +80,17 @@ const ROUTES = {
   'POST /api/keys/discard': { key: keys, jobIds: fc.array(jobIds, { maxLength: 2 }), by: fc.constantFrom('alice') },
   'POST /api/keys/limit': { key: keys, limit: fc.integer({ min: 1, max: 3 }), by: fc.constantFrom('alice') },
   'GET /api/jobs': { key: keys, status: fc.constantFrom('parked', 'holding', 'completed'), limit: fc.constantFrom('1', '50'), cursor: fc.constantFrom('eyJ4IjoxfQ') },
-  'GET /api/keys': {},
+  'GET /api/keys': {
+    limit: fc.constantFrom('1', '50', '200'),
+    offset: fc.constantFrom('0', '1', '100'),
+    sort: fc.constantFrom('attention', 'key', 'inUse', 'lease', 'parked', 'scheduled', 'oldestWait'),
+    dir: fc.constantFrom('asc', 'desc'),
+    match: keys,
+    atLimit: fc.constantFrom('true', 'false'),
+    attention: fc.constantFrom('true', 'false'),
+  },
+  'GET /api/workers': {},
+  'GET /api/queues': {},
   'GET /api/keys/detail': { key: keys },
   'GET /api/audit': { key: keys, job: jobIds },
   'GET /metrics': {},
@@ -111,8 +121,8 @@ const rawBody = fc.oneof(
   fc.constant(`{"name":"big","args":"${'x'.repeat(1_200_000)}"}`),
 );
 const rawQuery = fc.oneof(
-  fc.array(fc.oneof(piece, fc.constantFrom('key=', 'job=', 'cursor=', 'status=', 'limit=', '%', '%zz', '%C0', '&key=k')), { maxLength: 6 }).map((p) => p.join('')),
-  fc.constantFrom('key=k&key=k2', 'key=%00', 'job=%00', 'cursor=%00', 'key=k&job=j1', 'limit=99999999999999999999'),
+  fc.array(fc.oneof(piece, fc.constantFrom('key=', 'job=', 'cursor=', 'status=', 'limit=', 'offset=', 'sort=', 'match=', 'atLimit=', '%', '%zz', '%C0', '&key=k')), { maxLength: 6 }).map((p) => p.join('')),
+  fc.constantFrom('key=k&key=k2', 'key=%00', 'job=%00', 'cursor=%00', 'key=k&job=j1', 'limit=99999999999999999999', 'offset=999999999999999', 'match=%00', 'sort=key&sort=key'),
 );
 
 /** A value of `arbitrary` once in `n`, else undefined. */

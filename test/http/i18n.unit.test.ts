@@ -76,6 +76,15 @@ describe('formatting in the chosen language, whatever the locale', () => {
     expect(translator(CATALOGUE, 'pt').t('done.discarded', { count: 1_000_000, key: 'k' })).toBe('1.000.000 tarefas em espera de k descartadas.');
   });
 
+  it('regression: one live worker is singular in Portuguese and Swedish ("1 ativos", "1 aktiva" before), and so is one key of a page', () => {
+    expect(translator(CATALOGUE, 'pt').t('workers.summaryLive', { count: 1 })).toBe('1 ativo');
+    expect(translator(CATALOGUE, 'pt').t('workers.summaryLive', { count: 2 })).toBe('2 ativos');
+    expect(translator(CATALOGUE, 'sv').t('workers.summaryLive', { count: 1 })).toBe('1 aktiv');
+    expect(translator(CATALOGUE, 'sv').t('workers.summaryLive', { count: 2 })).toBe('2 aktiva');
+    expect(translator(CATALOGUE, 'en').t('keys.range', { from: 1, to: 1, count: 1 })).toBe('1–1 of 1 key');
+    expect(translator(CATALOGUE, 'nl').t('keys.range', { from: 51, to: 100, count: 10_000 })).toBe('51–100 van 10.000 sleutels');
+  });
+
   it('fills a placeholder with a value as text, once: a value holding braces is not filled again', () => {
     expect(translator(CATALOGUE, 'en').t('release.title', { job: '{job}' })).toBe('Release job {job}?');
     expect(translator(CATALOGUE, 'sv').parts('guest.fromKey', { key: { node: true } })).toEqual(['från nyckeln ', { node: true }]);

@@ -27,6 +27,7 @@ describe('the page', () => {
     ['/i18n.js', 'text/javascript', 'CATALOGUE'],
     ['/format.js', 'text/javascript', 'Intl.PluralRules'],
     ['/ui.js', 'text/javascript', 'textContent'],
+    ['/warnings.js', 'text/javascript', 'renderWarnings'],
     ['/workers.js', 'text/javascript', 'renderWorkers'],
     ['/dead-jobs.js', 'text/javascript', '/api/jobs/retry'],
     ['/job-view.js', 'text/javascript', '/api/jobs/explain'],

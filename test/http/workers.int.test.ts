@@ -73,7 +73,7 @@ describe('GET /api/queues', () => {
     const { status, body } = await s.get('/api/queues');
     expect(status).toBe(200);
     const byName = Object.fromEntries(body.queues.map((q: { queue: string }) => [q.queue, q]));
-    expect(byName.unread).toEqual({ queue: 'unread', depth: 1, visibleNow: 1, oldestAgeMs: expect.any(Number), consumers: 0, capacity: 0 });
+    expect(byName.unread).toEqual({ queue: 'unread', depth: 1, visibleNow: 1, oldestAgeMs: expect.any(Number), oldestAt: expect.any(Number), consumers: 0, capacity: 0 });
     // wr-1's message is in flight (read, started); the live worker consumes the queue.
     expect(byName.served).toMatchObject({ queue: 'served', consumers: 1, capacity: 4 });
   });
@@ -89,13 +89,20 @@ describe('GET /api/keys: holder states and warnings', () => {
     expect(body.totals).toMatchObject({ slotsHeld: 3, holders: { running: 1, unstarted: 1, expired: 0, workerGone: 1 }, workers: { live: 1, gone: 0 } });
   });
 
-  it('warns of a holder whose worker is gone and of a queue with messages and no live consumer', async () => {
+  it('warns of queues with messages and no live consumer (first: they explain the unstarted holders) and of a holder whose worker is gone: one warning per cause', async () => {
     const { body } = await s.get('/api/keys');
     expect(body.warnings).toEqual([
-      { kind: 'holders-worker-gone', key: 'w/ghost', count: 1, message: expect.stringContaining('whose worker is gone') },
       // wg-1's message was never read: its starter took it from the ledger, not from the queue.
-      { kind: 'queue-without-consumer', queue: 'ghosts', depth: 1, oldestAgeMs: expect.any(Number), message: expect.stringContaining('no live worker') },
-      { kind: 'queue-without-consumer', queue: 'unread', depth: 1, oldestAgeMs: expect.any(Number), message: 'queue unread: 1 message and no live worker reading it' },
+      {
+        kind: 'queue-without-consumer',
+        count: 2,
+        queues: [
+          { queue: 'ghosts', depth: 1, oldestAt: null },
+          { queue: 'unread', depth: 1, oldestAt: expect.any(Number) },
+        ],
+        message: '2 queues with messages and no live worker reading them: ghosts (1), unread (1)',
+      },
+      { kind: 'holders-worker-gone', count: 1, holders: 1, keys: [{ key: 'w/ghost', count: 1 }], message: expect.stringContaining('whose worker is gone') },
     ]);
   });
 

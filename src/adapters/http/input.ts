@@ -44,6 +44,14 @@ export const IntegerString = new t.Type<number, string, unknown>(
   String,
 );
 
+/** A query-string boolean: "true" or "false", nothing else. */
+export const BooleanString = new t.Type<boolean, string, unknown>(
+  'BooleanString',
+  (u): u is boolean => typeof u === 'boolean',
+  (u, c) => (u === 'true' ? t.success(true) : u === 'false' ? t.success(false) : t.failure(u, c, 'must be true or false')),
+  String,
+);
+
 /**
  * Who the ledger records an operator action under: the name of the named token the request
  * carried; with the shared token, the `by` the body gives, else `http <client address>`. A named

@@ -86,10 +86,16 @@ export const createHttpServer = async (options: HttpServerOptions): Promise<Fast
   app.addHook('onRequest', requireToken(tokens, { readsToo: policy.readsNeedToken, openFiles: PAGE_FILES }));
   app.addHook('onSend', async (request, reply) => {
     reply.header('x-content-type-options', 'nosniff');
+    // no-store, not no-cache (which lets a browser keep an answer to revalidate): the answers hold
+    // keys, job args and workers, read under a bearer token, and stay off disk and out of any
+    // cache. Revalidation needs no HTTP cache: the page keeps its last answer in memory and sends
+    // If-None-Match itself (ui.js getJson); the polled reads answer 304 (src/adapters/http/etag.ts).
     if (request.url.startsWith('/api/')) reply.header('cache-control', 'no-store');
   });
   app.setErrorHandler(async (error, request, reply) => {
     const status = statusOf(error);
+    // A poll's tag was set before its read failed: an error is no representation to revalidate.
+    reply.removeHeader('etag');
     // A read past its budget is the server keeping itself free, not a fault: said, not traced.
     if (error instanceof ReadBudgetError) log.warn({ method: request.method, url: request.url, budgetMs: error.budgetMs }, 'HTTP read stopped at its budget');
     else if (status >= 500) log.error({ err: error, method: request.method, url: request.url }, 'HTTP request failed');
@@ -97,9 +103,9 @@ export const createHttpServer = async (options: HttpServerOptions): Promise<Fast
   });
   app.setNotFoundHandler(async (request, reply) => reply.code(404).send({ error: `no route ${request.method} ${request.url.split('?')[0]}` } satisfies ErrorBody));
   registerPage(app);
-  registerKeyRoutes(app, options.ledger);
-  registerWorkerRoutes(app, options.ledger);
   const budgets = readBudgets(options.readBudgetMs ?? READ_BUDGET_MS);
+  registerKeyRoutes(app, options.ledger, budgets);
+  registerWorkerRoutes(app, options.ledger);
   registerJobRoutes(app, options.ledger, budgets);
   registerAuditRoutes(app, options.ledger, budgets);
   /** Who the bearer token stands for: `{ name }`, null for the shared token (a POST: only mutating routes check the token). */

@@ -3,9 +3,9 @@
 // set one by one), never parsed as HTML: a key named `<img src=x onerror=alert(1)>` shows as
 // those characters. Every text of the page's own comes from the catalogue (i18n.js), in the
 // language picked in the header; the server's data and error messages are shown as they are.
-// This module puts the page together: the cards, the warnings, the keys and a key's view; the
-// workers and queues (workers.js), failed and dead jobs (dead-jobs.js) and a job's view
-// (job-view.js) render their own sections, all with ui.js.
+// This module puts the page together: the cards, the keys and a key's view; the warnings
+// (warnings.js), the workers and queues (workers.js), failed and dead jobs (dead-jobs.js) and a
+// job's view (job-view.js) render their own sections, all with ui.js.
 
 import { LANGUAGES } from './i18n.js';
 import { readDeadJobs, renderDeadJobs, wireDeadJobs } from './dead-jobs.js';
@@ -36,6 +36,7 @@ import {
   useLanguage,
   whoIsToken,
 } from './ui.js';
+import { renderWarnings } from './warnings.js';
 import { renderWorkers, wireWorkers } from './workers.js';
 
 const REFRESH_MS = 2000;
@@ -43,15 +44,21 @@ const REFRESH_MS = 2000;
 // ---- state ---------------------------------------------------------------------
 
 const state = {
+  /** The page of keys on view, in the server's order, and where it is: { sort, dir, limit, offset, matched } (GET /api/keys). */
   keys: [],
+  keysPage: null,
   totals: null,
-  /** The API's warnings (GET /api/keys), the workers and the queues. */
+  /** The API's warnings (GET /api/keys), the workers (and the `now` of their answer) and the queues. */
   warnings: [],
   workers: [],
+  workersAt: 0,
   queues: [],
-  sort: { by: 'key', dir: 1 },
+  /** What the keys table asks the server for: a sort (dir null: the sort's own direction), the filter, the page. */
+  sort: { by: 'attention', dir: null },
   filter: '',
   onlyAtLimit: false,
+  onlyAttention: false,
+  offset: 0,
   /** What the hash names: { kind: 'key' | 'job', id }, or null for the keys alone. */
   view: null,
   /** The view's data once read: { view, data } (data null: the server does not know it). */
@@ -72,23 +79,23 @@ const viewKey = () => {
 
 // ---- keys table ----------------------------------------------------------------
 
-const LEASE_ORDER = { expired: 0, 'worker-gone': 1, live: 2, unstarted: 3, none: 4 };
-const sortValue = (row, by) => {
-  if (by === 'inUse') return row.limit === 0 ? 0 : row.inUse / row.limit;
-  if (by === 'leaseState') return LEASE_ORDER[row.leaseState];
-  // The oldest wait first when sorting ascending by wait: no wait sorts last.
-  if (by === 'oldestParkedAt') return row.oldestParkedAt === null ? Infinity : row.oldestParkedAt;
-  return row[by];
-};
+/** Keys a page of the table shows; the server sorts, filters and counts them all. */
+const KEYS_PAGE = 50;
+/** The orders the server offers (src/adapters/postgres/queries/key-page.ts KEY_SORTS), named in the picker as their columns are. */
+const SORTS = { attention: 'keys.sortAttention', key: 'col.key', inUse: 'col.inUse', lease: 'col.lease', parked: 'col.parked', scheduled: 'col.scheduled', oldestWait: 'col.oldestWait' };
+/** Typing in the filter asks the server once the typing pauses, not at every letter. */
+const FILTER_PAUSE_MS = 250;
 
-const compare = (a, b) => {
-  const { by, dir } = state.sort;
-  const x = sortValue(a, by);
-  const y = sortValue(b, by);
-  if (x < y) return -dir;
-  if (x > y) return dir;
-  return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
-};
+/** The query of the keys table's page. */
+const keysQuery = () => ({
+  limit: String(KEYS_PAGE),
+  offset: state.offset === 0 ? undefined : String(state.offset),
+  sort: state.sort.by,
+  dir: state.sort.dir ?? undefined,
+  match: state.filter === '' ? undefined : state.filter,
+  atLimit: state.onlyAtLimit ? 'true' : undefined,
+  attention: state.onlyAttention ? 'true' : undefined,
+});
 
 // A key's worst holder state; one a newer server names and this page does not know yet is shown as the server says it.
 const leaseBadge = (leaseState) => el('span', { className: `badge lease-${leaseState}` }, known('lease', leaseState));
@@ -105,10 +112,11 @@ const pausedBadge = (p) =>
 const quarantineText = (q) =>
   t('key.quarantine', { since: tr.clock(q.firstSeen), revision: q.revision, position: q.position, error: q.error, readers: q.readers.join(', ') });
 
+const attentionBadge = (causes) => (causes && causes.length > 0 ? el('span', { className: 'badge attention-badge' }, t('badge.attention')) : null);
+
 const renderKeys = () => {
-  const filter = state.filter.toLowerCase();
   const selected = viewKey();
-  const rows = state.keys.filter((k) => (!state.onlyAtLimit || k.atLimit) && k.key.toLowerCase().includes(filter)).sort(compare);
+  const rows = state.keys;
   $('keys-body').replaceChildren(
     ...rows.map((k) =>
       el(
@@ -120,6 +128,7 @@ const renderKeys = () => {
           el('a', { href: keyHref(k.key), className: 'key-link', 'aria-current': k.key === selected ? 'page' : undefined }, k.key),
           quarantineBadge(k.quarantine),
           pausedBadge(k.paused),
+          attentionBadge(k.attention),
         ),
         el(
           'td',
@@ -136,9 +145,18 @@ const renderKeys = () => {
   );
   const empty = $('keys-empty');
   empty.hidden = rows.length > 0;
-  empty.textContent = state.keys.length === 0 ? t('keys.none') : t('keys.noMatch');
+  empty.textContent = state.totals === null || state.totals.keys === 0 ? t('keys.none') : t('keys.noMatch');
+  const page = state.keysPage;
   for (const th of document.querySelectorAll('#keys-table th[data-sort]')) {
-    th.setAttribute('aria-sort', th.dataset.sort === state.sort.by ? (state.sort.dir > 0 ? 'ascending' : 'descending') : 'none');
+    th.setAttribute('aria-sort', page !== null && th.dataset.sort === page.sort ? (page.dir === 'asc' ? 'ascending' : 'descending') : 'none');
+  }
+  $('keys-sort').value = state.sort.by;
+  // Where the page is among the keys the filter matches, and the way to the others.
+  $('keys-pager').hidden = page === null || page.matched <= page.limit;
+  if (page !== null) {
+    setText('keys-range', page.matched === 0 ? '' : t('keys.range', { from: page.offset + 1, to: page.offset + rows.length, count: page.matched }));
+    $('keys-prev').disabled = page.offset === 0;
+    $('keys-next').disabled = page.offset + page.limit >= page.matched;
   }
 };
 
@@ -158,26 +176,6 @@ const holdersText = (totals) => {
   ]
     .filter(Boolean)
     .join(' · ');
-};
-
-/** The API's warnings, each said from its kind and figures (its `message` is English). */
-const warningItem = (w) => {
-  switch (w.kind) {
-    case 'holders-unstarted':
-      return tr.parts('warning.unstarted', { key: el('a', { href: keyHref(w.key) }, w.key), count: w.count, duration: age(w.since) });
-    case 'holders-worker-gone':
-      return tr.parts('warning.workerGone', { key: el('a', { href: keyHref(w.key) }, w.key), count: w.count });
-    case 'queue-without-consumer':
-      return tr.parts('warning.queueWithoutConsumer', { queue: el('code', {}, w.queue), count: w.depth, duration: w.oldestAgeMs === null ? '–' : tr.duration(w.oldestAgeMs) });
-    default:
-      return [w.message];
-  }
-};
-
-const renderWarnings = () => {
-  const warnings = state.warnings;
-  $('warnings').hidden = warnings.length === 0;
-  $('warnings-list').replaceChildren(...warnings.map((w) => el('li', { dataset: { kind: w.kind } }, warningItem(w))));
 };
 
 /** The stored token's operator, asked once per token (the header says "signed in as alice"). */
@@ -524,9 +522,9 @@ const renderStatus = () => {
 const renderAll = () => {
   renderTotals();
   renderWho();
-  renderWarnings();
+  renderWarnings(state.warnings);
   renderKeys();
-  renderWorkers(state.workers, state.queues);
+  renderWorkers(state.workers, state.queues, state.workersAt);
   renderDeadJobs();
   const view = state.view;
   $('key-view').hidden = view?.kind !== 'key';
@@ -539,14 +537,29 @@ const renderAll = () => {
 /** The view's data; null when the server does not know the key or job (404). */
 const readView = (view) => (view.kind === 'key' ? orMissing(() => getJson('/api/keys/detail', { key: view.id })) : readJob(view.id));
 
+/** The keys' answer, taken only when it is for the query on view (a later change of the filter or the page asked another). */
+const takeKeys = (query, overview) => {
+  if (JSON.stringify(query) !== JSON.stringify(keysQuery())) return;
+  state.keys = overview.keys;
+  state.keysPage = overview.page;
+  state.totals = overview.totals;
+  state.warnings = overview.warnings;
+  // Keys gone from under a later page (filtered away, say): back to the last page that has some.
+  const { matched, limit } = overview.page;
+  if (state.offset > 0 && state.offset >= matched) {
+    state.offset = Math.max(0, Math.floor((matched - 1) / limit) * limit);
+    void readKeys();
+  }
+};
+
 const refresh = async () => {
   const view = state.view;
+  const query = keysQuery();
   try {
-    const [overview, workers, queues] = await Promise.all([getJson('/api/keys'), getJson('/api/workers'), getJson('/api/queues'), readDeadJobs(), refreshWho()]);
-    state.keys = overview.keys;
-    state.totals = overview.totals;
-    state.warnings = overview.warnings;
+    const [overview, workers, queues] = await Promise.all([getJson('/api/keys', query), getJson('/api/workers'), getJson('/api/queues'), readDeadJobs(), refreshWho()]);
+    takeKeys(query, overview);
     state.workers = workers.workers;
+    state.workersAt = workers.now;
     state.queues = queues.queues;
     if (view !== null) {
       const read = await readView(view);
@@ -558,6 +571,21 @@ const refresh = async () => {
     state.failure = error;
   }
   renderAll();
+};
+
+/** The keys table alone, read again for a new sort, filter or page. */
+const readKeys = async () => {
+  const query = keysQuery();
+  try {
+    takeKeys(query, await getJson('/api/keys', query));
+    state.failure = null;
+  } catch (error) {
+    state.failure = error;
+  }
+  renderTotals();
+  renderWarnings(state.warnings);
+  renderKeys();
+  renderStatus();
 };
 
 const viewOfHash = () => {
@@ -595,6 +623,8 @@ const applyStatic = () => {
     ...tr.parts('token.text', { named: el('code', {}, 'JOBLEDGER_TOKENS'), env: el('code', {}, 'JOBLEDGER_TOKEN'), command: el('code', {}, 'jobledger serve') }),
   );
   $('language').value = tr.lang;
+  $('keys-sort').replaceChildren(...Object.entries(SORTS).map(([by, label]) => el('option', { value: by }, t(label))));
+  $('keys-sort').value = state.sort.by;
 };
 
 const setLanguage = (lang) => {
@@ -607,21 +637,41 @@ const setLanguage = (lang) => {
 const wire = () => {
   $('language').replaceChildren(...Object.entries(LANGUAGES).map(([code, name]) => el('option', { value: code, lang: code }, name)));
   $('language').addEventListener('change', (e) => setLanguage(e.target.value));
+  // A column sorts by it in its own direction first (the server's: what to look at first), then the other way.
+  const sortBy = (by, dir) => {
+    state.sort = { by, dir };
+    state.offset = 0;
+    void readKeys();
+  };
   for (const th of document.querySelectorAll('#keys-table th[data-sort]')) {
     th.querySelector('button').addEventListener('click', () => {
       const by = th.dataset.sort;
-      state.sort = { by, dir: state.sort.by === by ? -state.sort.dir : 1 };
-      renderKeys();
+      const page = state.keysPage;
+      sortBy(by, page !== null && page.sort === by ? (page.dir === 'asc' ? 'desc' : 'asc') : null);
     });
   }
+  $('keys-sort').addEventListener('change', (e) => sortBy(e.target.value, null));
+  let typing;
   $('filter').addEventListener('input', (e) => {
     state.filter = e.target.value;
-    renderKeys();
+    state.offset = 0;
+    clearTimeout(typing);
+    typing = setTimeout(readKeys, FILTER_PAUSE_MS);
   });
-  $('only-at-limit').addEventListener('change', (e) => {
-    state.onlyAtLimit = e.target.checked;
-    renderKeys();
-  });
+  const onlyIf = (id, field) =>
+    $(id).addEventListener('change', (e) => {
+      state[field] = e.target.checked;
+      state.offset = 0;
+      void readKeys();
+    });
+  onlyIf('only-at-limit', 'onlyAtLimit');
+  onlyIf('only-attention', 'onlyAttention');
+  const turn = (by) => {
+    state.offset = Math.max(0, state.offset + by * KEYS_PAGE);
+    void readKeys();
+  };
+  $('keys-prev').addEventListener('click', () => turn(-1));
+  $('keys-next').addEventListener('click', () => turn(1));
   $('token-button').addEventListener('click', () => askToken());
   const detail = () => (state.view?.kind === 'key' ? (loadedData()?.data ?? null) : null);
   $('release-all').addEventListener('click', () => detail() && releaseAll(detail().key, detail().holders));

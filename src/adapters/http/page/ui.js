@@ -166,13 +166,25 @@ let asking = null;
 let readsDeclined = false;
 
 /**
+ * The last answer of each path read that came with an ETag: its URL, tag and body. The server's
+ * answers are no-store (no HTTP cache keeps them), so the page revalidates on its own: the next
+ * read of the same URL sends If-None-Match, and a 304 (nothing moved) reuses the body. One per
+ * path, so a filter typed letter by letter keeps no more than one.
+ */
+const answers = new Map();
+
+/**
  * GET `path` with the query `params` (undefined and '' left out), with the tab's token when it
  * has one: a server bound off loopback wants it for reads too. Refused for want of it (401), the
- * read asks for the token once and tries again.
+ * read asks for the token once and tries again. A 304 gives the body kept for the URL: its `now`
+ * and ages are as of that answer (see src/adapters/http/etag.ts).
  */
 export const getJson = async (path, params = {}) => {
   const query = new URLSearchParams(Object.entries(params).filter(([, v]) => v !== undefined && v !== '')).toString();
-  const read = (token) => send(query === '' ? path : `${path}?${query}`, { headers: { accept: 'application/json', ...(token === null ? {} : { authorization: `Bearer ${token}` }) } });
+  const url = query === '' ? path : `${path}?${query}`;
+  const kept = answers.get(path);
+  const revalidate = kept !== undefined && kept.url === url ? { 'if-none-match': kept.etag } : {};
+  const read = (token) => send(url, { headers: { accept: 'application/json', ...revalidate, ...(token === null ? {} : { authorization: `Bearer ${token}` }) } });
   let response = await read(storedToken());
   if (response.status === 401 && !readsDeclined) {
     sessionStorage.removeItem(TOKEN_STORAGE);
@@ -180,8 +192,12 @@ export const getJson = async (path, params = {}) => {
     readsDeclined = token === null;
     if (token !== null) response = await read(token);
   }
+  if (response.status === 304 && kept !== undefined) return kept.body;
   const body = await response.json().catch(() => null);
   if (!response.ok) throw new ApiError(response.status, body);
+  const etag = response.headers.get('etag');
+  if (etag === null) answers.delete(path);
+  else answers.set(path, { url, etag, body });
   if (body && typeof body.now === 'number') skew = body.now - Date.now();
   return body;
 };

@@ -2,7 +2,7 @@
 // (GET /api/queues), read with the rest of the page at each refresh (app.js). A queue with
 // messages and no live worker reading it is flagged: nothing will take its jobs.
 
-import { $, el, t, tr } from './ui.js';
+import { $, age, el, now, t, tr } from './ui.js';
 
 /** Gone workers shown before the rest fold under "show N more": the latest of them tell the story of an incident. */
 const GONE_SHOWN = 3;
@@ -11,7 +11,8 @@ let showAllGone = false;
 
 const cell = (label, className, ...children) => el('td', { dataset: { label: t(label) }, className }, ...children);
 
-const workerRow = (w) =>
+// `seenAgoMs` is as of the answer (`answeredAt`, the server's `now` then): a kept answer (304) is older.
+const workerRow = (w, sinceAnswer) =>
   el(
     'tr',
     { className: w.state === 'gone' ? 'gone' : undefined, dataset: { worker: w.id } },
@@ -21,17 +22,18 @@ const workerRow = (w) =>
     cell('col.queue', undefined, el('code', {}, w.queue)),
     cell('col.concurrency', 'num', tr.number(w.concurrency)),
     cell('col.started', undefined, tr.clock(w.startedAt)),
-    cell('col.lastSeen', undefined, t('time.ago', { duration: tr.duration(w.seenAgoMs) })),
+    cell('col.lastSeen', undefined, t('time.ago', { duration: tr.duration(w.seenAgoMs + sinceAnswer) })),
     cell('col.running', 'num', tr.number(w.running)),
     cell('col.holding', 'num', tr.number(w.holding)),
   );
 
-const renderWorkerTable = (workers) => {
+const renderWorkerTable = (workers, answeredAt) => {
   const live = workers.filter((w) => w.state === 'live');
   const gone = workers.filter((w) => w.state !== 'live');
   const shown = showAllGone ? gone : gone.slice(0, GONE_SHOWN);
   setSummary(live.length, gone.length);
-  $('workers-body').replaceChildren(...[...live, ...shown].map(workerRow));
+  const sinceAnswer = Math.max(0, now() - answeredAt);
+  $('workers-body').replaceChildren(...[...live, ...shown].map((w) => workerRow(w, sinceAnswer)));
   $('workers-table').hidden = workers.length === 0;
   $('workers-empty').hidden = workers.length > 0;
   const folded = gone.length - GONE_SHOWN;
@@ -41,7 +43,7 @@ const renderWorkerTable = (workers) => {
 };
 
 const setSummary = (live, gone) => {
-  $('workers-summary').textContent = t('workers.summary', { live: tr.number(live), gone: tr.number(gone) });
+  $('workers-summary').textContent = `${t('workers.summaryLive', { count: live })} · ${t('workers.summaryGone', { count: gone })}`;
   $('workers-summary').classList.toggle('alert', live === 0);
 };
 
@@ -55,7 +57,7 @@ const queueRow = (q) =>
     cell('col.queue', undefined, el('code', {}, q.queue), unserved(q) ? el('span', { className: 'badge no-consumer-badge' }, t('queue.noConsumer')) : null),
     cell('col.depth', 'num', tr.number(q.depth)),
     cell('col.visibleNow', 'num', tr.number(q.visibleNow)),
-    cell('col.oldestMessage', undefined, q.oldestAgeMs === null ? '–' : tr.duration(q.oldestAgeMs)),
+    cell('col.oldestMessage', undefined, q.oldestAt === null ? '–' : age(q.oldestAt)),
     cell('col.consumers', undefined, t('queue.consumers', { count: q.consumers, capacity: q.capacity })),
   );
 
@@ -65,8 +67,9 @@ const renderQueueTable = (queues) => {
   $('queues-empty').hidden = queues.length > 0;
 };
 
-export const renderWorkers = (workers, queues) => {
-  renderWorkerTable(workers);
+/** `answeredAt`: the `now` of the answer the workers came in. */
+export const renderWorkers = (workers, queues, answeredAt) => {
+  renderWorkerTable(workers, answeredAt);
   renderQueueTable(queues);
 };
 

@@ -2,89 +2,49 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import * as t from 'io-ts';
 import { Reason } from '../../../domain/commands.js';
 import { UnknownKeyError } from '../../../domain/errors.js';
-import { Actor, JobId, Key, LeaseMs, Limit } from '../../../domain/values.js';
+import { Actor, JobId, Key, LeaseMs, Limit, Text } from '../../../domain/values.js';
 import type { Ledger } from '../../ledger.js';
-import type { HolderCounts, KeyRow } from '../../postgres/queries/list-keys.js';
-import type { QueueRow } from '../../postgres/queries/queues.js';
-import { closedObject, decodeInput, operator, VIA } from '../input.js';
+import { KeySort, SortDirection, keyPageOrder } from '../../postgres/queries/key-page.js';
+import { weakTag, notModified } from '../etag.js';
+import { BooleanString, closedObject, decodeInput, IntegerString, operator, type ReadBudgets, VIA } from '../input.js';
+import { UNSTARTED_WARNING_MS, warningsOf } from './warnings.js';
 
 /** Recent handoffs shown with a key's detail; the whole history is GET /api/audit. */
 export const RECENT_HANDOFFS = 50;
 
-/**
- * A holder admitted and not started for longer than this is warned about: with a live worker on
- * its queue a start follows its admission within a poll (1 s by default), and a message read but
- * not started becomes visible again after 30 s (the workers' default visibility), so past that
- * nobody is taking it.
- */
-export const UNSTARTED_WARNING_MS = 30_000;
-
-/** What the overview warns of, with the figures a page needs to say it in its own words (`message`: in English). */
-export type Warning =
-  | { readonly kind: 'holders-unstarted'; readonly key: string; readonly count: number; readonly since: number; readonly message: string }
-  | { readonly kind: 'holders-worker-gone'; readonly key: string; readonly count: number; readonly message: string }
-  | { readonly kind: 'queue-without-consumer'; readonly queue: string; readonly depth: number; readonly oldestAgeMs: number | null; readonly message: string };
-
-const plural = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
-
-/** Keys in key order, then queues in name order. */
-export const warningsOf = (keys: readonly KeyRow[], queues: readonly QueueRow[], now: number): Warning[] => [
-  ...keys.flatMap((k): Warning[] => [
-    ...(k.oldestUnstartedAt !== null && now - k.oldestUnstartedAt > UNSTARTED_WARNING_MS
-      ? [{ kind: 'holders-unstarted', key: k.key, count: k.holderStates.unstarted, since: k.oldestUnstartedAt, message: `${k.key}: ${plural(k.holderStates.unstarted, 'holder', 'holders')} admitted and not started, the oldest for ${Math.round((now - k.oldestUnstartedAt) / 1000)} s` } as const]
-      : []),
-    ...(k.holderStates.workerGone > 0
-      ? [{ kind: 'holders-worker-gone', key: k.key, count: k.holderStates.workerGone, message: `${k.key}: ${plural(k.holderStates.workerGone, 'holder', 'holders')} whose worker is gone: nobody runs ${k.holderStates.workerGone === 1 ? 'it' : 'them'} until the sweeper reclaims the lease at its expiry` } as const]
-      : []),
-  ]),
-  ...queues
-    .filter((q) => q.depth > 0 && q.consumers === 0)
-    .map((q): Warning => ({ kind: 'queue-without-consumer', queue: q.queue, depth: q.depth, oldestAgeMs: q.oldestAgeMs, message: `queue ${q.queue}: ${plural(q.depth, 'message', 'messages')} and no live worker reading it` })),
-];
-
-const sumCounts = (keys: readonly KeyRow[]): HolderCounts =>
-  keys.reduce((n, { holderStates: c }) => ({ running: n.running + c.running, unstarted: n.unstarted + c.unstarted, expired: n.expired + c.expired, workerGone: n.workerGone + c.workerGone }), {
-    running: 0,
-    unstarted: 0,
-    expired: 0,
-    workerGone: 0,
-  });
-
+const KeysQuery = closedObject({}, { limit: IntegerString, offset: IntegerString, sort: KeySort, dir: SortDirection, match: Text, atLimit: BooleanString, attention: BooleanString });
 const KeyQuery = closedObject({ key: Key }, {});
 const ReleaseBody = closedObject({ key: Key }, { jobId: JobId, by: Actor, force: t.boolean });
 const DiscardBody = closedObject({ key: Key }, { jobIds: t.array(JobId), by: Actor });
 const LimitBody = closedObject({ key: Key, limit: Limit }, { by: Actor, leaseMs: LeaseMs });
 const PauseBody = closedObject({ key: Key }, { by: Actor, reason: Reason });
 
-export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger): void => {
+export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, readBudget: ReadBudgets): void => {
   /**
-   * The cards' totals, the warnings and one row per key (KeyRow):
-   * `{ now, totals: { keys, keysAtLimit, slotsHeld, parked, scheduled, oldestParkedAt,
-   * holders: { running, unstarted, expired, workerGone }, workers: { live, gone },
-   * ledger: { events, archivedEvents, bytes, archivedBytes } },
-   * warnings: Warning[], keys: KeyRow[] }`. `slotsHeld` counts every holder whatever its state;
-   * only `holders.running` are run by a live worker.
+   * The cards' totals over every key, the warnings (one per cause) and a page of the keys, sorted
+   * and filtered by the database: `{ now, totals: { keys, keysAtLimit, slotsHeld, parked,
+   * scheduled, oldestParkedAt, holders: { running, unstarted, expired, workerGone }, workers:
+   * { live, gone }, ledger: { events, archivedEvents, bytes, archivedBytes } }, warnings:
+   * Warning[], page: { sort, dir, limit, offset, matched }, keys: (KeyRow & { attention })[] }`.
+   * Query: limit (1-200, default 50), offset, sort (KEY_SORTS), dir, match, atLimit, attention.
+   * `slotsHeld` counts every holder whatever its state; only `holders.running` are run by a live
+   * worker. With an ETag (what the answer depends on, read first) and 304 for a poll that holds it.
    */
-  app.get('/api/keys', async () => {
-    const [keys, queues, workers, size] = await Promise.all([ledger.keys(), ledger.queues(), ledger.workers(), ledger.ledgerSize()]);
+  app.get('/api/keys', async (request, reply) => {
+    const query = decodeInput(KeysQuery, request.query, '(query)');
+    // Checked before anything is read; with its defaults filled in, the page's tag names one page however it is asked.
+    const order = keyPageOrder(query);
     const now = ledger.now();
-    const parkedAt = keys.flatMap((k) => (k.oldestParkedAt === null ? [] : [k.oldestParkedAt]));
-    const live = workers.filter((w) => w.state === 'live').length;
+    const [v, size] = await Promise.all([ledger.version(now, UNSTARTED_WARNING_MS), ledger.ledgerSize()]);
+    const tag = weakTag(['keys', order, v.head, v.pending, v.projected, v.quarantined, v.presence, v.expired, v.unstarted, size]);
+    if (notModified(request, reply, tag)) return reply;
+    const [page, queues] = await Promise.all([ledger.keyPage({ ...query, unstartedAfterMs: UNSTARTED_WARNING_MS }, now), ledger.queues()]);
     return {
       now,
-      totals: {
-        keys: keys.length,
-        keysAtLimit: keys.filter((k) => k.atLimit).length,
-        slotsHeld: keys.reduce((n, k) => n + k.inUse, 0),
-        parked: keys.reduce((n, k) => n + k.parked, 0),
-        scheduled: keys.reduce((n, k) => n + k.scheduled, 0),
-        oldestParkedAt: parkedAt.length === 0 ? null : Math.min(...parkedAt),
-        holders: sumCounts(keys),
-        workers: { live, gone: workers.length - live },
-        ledger: size,
-      },
-      warnings: warningsOf(keys, queues, now),
-      keys,
+      totals: { ...page.totals, ledger: size },
+      warnings: warningsOf(page, queues),
+      page: { ...page.order, matched: page.matched },
+      keys: page.keys,
     };
   });
 
@@ -92,15 +52,20 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger): void =>
    * Holders, parked jobs in promotion order, scheduled jobs, and the latest handoffs (newest
    * first): `{ now, ...KeyDetail, handoffs }`. Each holder has `state` (running, unstarted,
    * expired, worker-gone), `workerId`, `renewedAt` (its last renewal or start), `acquiredAt`
-   * (unstarted since), `expiresAt`, `workerLastSeen`, and `leaseState` as before.
+   * (unstarted since), `expiresAt`, `workerLastSeen`, and `leaseState` as before. With an ETag,
+   * as GET /api/keys.
    */
-  app.get('/api/keys/detail', async (request) => {
+  app.get('/api/keys/detail', async (request, reply) => {
     const { key } = decodeInput(KeyQuery, request.query, '(query)');
-    const detail = await ledger.keyDetail(key);
+    const now = ledger.now();
+    const v = await ledger.version(now, UNSTARTED_WARNING_MS);
+    // Holder states: the workers' liveness and expiries; workerLastSeen: their heartbeats; handoffs: the ledger.
+    if (notModified(request, reply, weakTag(['detail', key, v.head, v.pending, v.projected, v.quarantined, v.beats, v.expired]))) return reply;
+    const detail = await ledger.keyDetail(key, now);
     if (detail === null) throw new UnknownKeyError(key);
     // A quarantined key's ledger does not read; the rest of its detail (the quarantine too) comes from the read models.
-    const handoffs = detail.quarantine === null ? (await ledger.audit({ key })).handoffs : [];
-    return { now: ledger.now(), ...detail, handoffs: handoffs.slice(-RECENT_HANDOFFS).reverse() };
+    const handoffs = detail.quarantine === null ? (await ledger.audit({ key }, readBudget())).handoffs : [];
+    return { now, ...detail, handoffs: handoffs.slice(-RECENT_HANDOFFS).reverse() };
   });
 
   app.post('/api/keys/release', async (request) => {

@@ -4,14 +4,15 @@ import type { FastifyInstance } from 'fastify';
 // The dashboard: static files shipped in the package (src/adapters/http/page), read once at start
 // from `../page/`: `npm run build` copies them there for tsc's output (dist/src/adapters/http) and
 // for the CLI's bundle (dist/cli, whose chunks are in dist/cli/chunks: rolldown.config.ts).
-// Nothing is fetched from elsewhere. app.js imports the page's sections (workers.js, dead-jobs.js,
-// job-view.js), what they render with (ui.js), the string catalogue (i18n.js) and its formatting
-// (format.js) as modules of their own.
+// Nothing is fetched from elsewhere. app.js imports the page's sections (warnings.js,
+// workers.js, dead-jobs.js, job-view.js), what they render with (ui.js), the string catalogue
+// (i18n.js) and its formatting (format.js) as modules of their own.
 
 const ASSETS = {
   '/': ['index.html', 'text/html; charset=utf-8'],
   '/app.js': ['app.js', 'text/javascript; charset=utf-8'],
   '/ui.js': ['ui.js', 'text/javascript; charset=utf-8'],
+  '/warnings.js': ['warnings.js', 'text/javascript; charset=utf-8'],
   '/workers.js': ['workers.js', 'text/javascript; charset=utf-8'],
   '/dead-jobs.js': ['dead-jobs.js', 'text/javascript; charset=utf-8'],
   '/job-view.js': ['job-view.js', 'text/javascript; charset=utf-8'],

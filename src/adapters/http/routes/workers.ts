@@ -1,6 +1,8 @@
 import type { FastifyInstance } from 'fastify';
 import type { LedgerReader } from '../../ledger-reader.js';
+import { notModified, weakTag } from '../etag.js';
 import { closedObject, decodeInput } from '../input.js';
+import { UNSTARTED_WARNING_MS } from './warnings.js';
 
 // Who is doing the work: the workers' presence and the dispatch queues. Reads only (no token).
 // Times are epoch ms on the database's clock; `seenAgoMs` and `oldestAgeMs` are measured by the
@@ -15,24 +17,32 @@ export const registerWorkerRoutes = (app: FastifyInstance, ledger: LedgerReader)
    * lastSeen, seenAgoMs, running, stoppedAt, state: 'live' | 'gone', holding }] }`.
    * `running`: jobs it ran at its last heartbeat; `holding`: slots held now under leases it
    * started (a gone worker's are holders nobody runs); `stoppedAt` null unless it stopped
-   * gracefully (a killed worker is gone with stoppedAt null).
+   * gracefully (a killed worker is gone with stoppedAt null). With an ETag (src/adapters/http/etag.ts):
+   * every heartbeat changes it, and so does a change of what they hold.
    */
-  app.get('/api/workers', async (request) => {
+  app.get('/api/workers', async (request, reply) => {
     decodeInput(NoQuery, request.query, '(query)');
+    const now = ledger.now();
+    const v = await ledger.version(now, UNSTARTED_WARNING_MS);
+    if (notModified(request, reply, weakTag(['workers', v.head, v.pending, v.projected, v.beats]))) return reply;
     const workers = await ledger.workers();
     const live = workers.filter((w) => w.state === 'live').length;
-    return { now: ledger.now(), live, gone: workers.length - live, workers };
+    return { now, live, gone: workers.length - live, workers };
   });
 
   /**
    * Every dispatch queue (with jobs holding a slot, or read by a live worker), by name:
    * `{ now, queues: [{ queue, depth, visibleNow, oldestAgeMs, consumers, capacity }] }`.
    * `depth`: its jobs holding a slot (waiting to be claimed or running); `visibleNow`: what a
-   * read would claim now; `oldestAgeMs`: the oldest admission waiting, null when none waits;
-   * `consumers`: live workers reading it; `capacity`: their concurrency summed.
+   * read would claim now; `oldestAgeMs`: the age of the oldest admission waiting, `oldestAt`: when
+   * it was made (null when none waits); `consumers`: live workers reading it; `capacity`: their
+   * concurrency summed. With an ETag: the jobs in flight and the live workers' queues make it.
    */
-  app.get('/api/queues', async (request) => {
+  app.get('/api/queues', async (request, reply) => {
     decodeInput(NoQuery, request.query, '(query)');
-    return { now: ledger.now(), queues: await ledger.queues() };
+    const now = ledger.now();
+    const v = await ledger.version(now, UNSTARTED_WARNING_MS);
+    if (notModified(request, reply, weakTag(['queues', v.head, v.pending, v.projected, v.presence]))) return reply;
+    return { now, queues: await ledger.queues() };
   });
 };

@@ -23,3 +23,10 @@ export const holderState = (s: string, w: string, now: string): string =>
 
 /** SQL: epoch ms in the query parameter `$n` as a timestamptz. */
 export const paramTime = (n: number): string => `to_timestamp($${n}::float8 / 1000)`;
+
+/**
+ * SQL: the instant before which an admission nobody started has waited too long: `now` (a
+ * timestamptz expression) less `afterMs` (a float8 expression, ms). The keys' attention and the
+ * polls' version judge it alike.
+ */
+export const unstartedBefore = (now: string, afterMs: string): string => `${now} - ${afterMs} * interval '1 millisecond'`;

@@ -42,12 +42,13 @@ export interface KeyRow {
   readonly paused: KeyPause | null;
 }
 
-// $1: now (epoch ms, the ledger's clock). A guest holds under its home's slot: its state is that slot's.
-// Reads every row of jl_key_stats (a view over jl_keys and the slot, parked and job counts), the
-// held slots (jl_slots, jl_limit_jobs) with their workers (workers_pkey), and jl_quarantined
-// (jl_quarantined_pkey) per key: a whole listing, so scans, bounded by the keys known.
-export const LIST_KEYS_SQL = /* sql */ `
-WITH holders AS (
+// The per-key rows both listings read (every key, here; a page of them, ./key-page.ts), as CTEs.
+// $1: now (epoch ms, the ledger's clock). A guest holds under its home's slot: its state is that
+// slot's. Reads every row of jl_key_stats (a view over jl_keys and the slot, parked and job
+// counts), the held slots (jl_slots, jl_limit_jobs) with their workers (workers_pkey): a whole
+// listing, so scans, bounded by the keys known.
+export const KEY_ROWS = /* sql */ `
+holders AS (
   SELECT s.stream, s.worker_id, s.expires_at, s.acquired_at FROM jl_slots s
   UNION ALL
   SELECT g.stream, s.worker_id, s.expires_at, s.acquired_at FROM jl_limit_jobs g JOIN jl_slots s ON s.job_id = g.job_id WHERE g.status = 'holding'
@@ -64,25 +65,51 @@ counts AS (
          count(*) FILTER (WHERE state = 'worker-gone')::int AS worker_gone,
          min(acquired_at) FILTER (WHERE state = 'unstarted') AS oldest_unstarted_at
   FROM states GROUP BY stream
-)
-SELECT ks.key,
-       ks.concurrency_limit AS "limit",
-       ks.in_use AS "inUse",
-       ks.parked,
-       ks.scheduled,
-       ${epochMs('ks.oldest_parked_at')} AS "oldestParkedAt",
-       ${epochMs('ks.next_lease_expiry')} AS "nextLeaseExpiry",
-       json_build_object('running', coalesce(c.running, 0), 'unstarted', coalesce(c.unstarted, 0), 'expired', coalesce(c.expired, 0), 'workerGone', coalesce(c.worker_gone, 0)) AS "holderStates",
-       ${epochMs('c.oldest_unstarted_at')} AS "oldestUnstartedAt",
-       ${quarantineJson('ks.stream')} AS quarantine,
-       ${pauseJson('ks')} AS paused
-FROM jl_key_stats ks LEFT JOIN counts c ON c.stream = ks.stream
-ORDER BY ks.key`;
+),
+rows AS (
+  SELECT ks.key, ks.stream, ks.concurrency_limit, ks.in_use, ks.parked, ks.scheduled, ks.oldest_parked_at, ks.next_lease_expiry,
+         ks.paused_at, ks.paused_by, ks.paused_reason,
+         coalesce(c.running, 0) AS running, coalesce(c.unstarted, 0) AS unstarted, coalesce(c.expired, 0) AS expired,
+         coalesce(c.worker_gone, 0) AS worker_gone, c.oldest_unstarted_at
+  FROM jl_key_stats ks LEFT JOIN counts c ON c.stream = ks.stream
+)`;
 
-type Row = Omit<KeyRow, 'leaseState' | 'atLimit' | 'quarantine'> & { readonly quarantine: Parameters<typeof toQuarantine>[0] };
+/** The select list of a KeyRow from a `rows` row `r` (toKeyRow finishes it). */
+export const KEY_COLUMNS = /* sql */ `
+       r.key,
+       r.concurrency_limit AS "limit",
+       r.in_use AS "inUse",
+       r.parked,
+       r.scheduled,
+       ${epochMs('r.oldest_parked_at')} AS "oldestParkedAt",
+       ${epochMs('r.next_lease_expiry')} AS "nextLeaseExpiry",
+       json_build_object('running', r.running, 'unstarted', r.unstarted, 'expired', r.expired, 'workerGone', r.worker_gone) AS "holderStates",
+       ${epochMs('r.oldest_unstarted_at')} AS "oldestUnstartedAt",
+       ${quarantineJson('r.stream')} AS quarantine,
+       ${pauseJson('r')} AS paused`;
+
+// Every key (KEY_ROWS), by key.
+export const LIST_KEYS_SQL = /* sql */ `
+WITH ${KEY_ROWS}
+SELECT ${KEY_COLUMNS}
+FROM rows r
+ORDER BY r.key`;
+
+export type Row = Omit<KeyRow, 'leaseState' | 'atLimit' | 'quarantine'> & { readonly quarantine: Parameters<typeof toQuarantine>[0] };
 
 export const leaseStateOf = (c: HolderCounts): LeaseState =>
   c.expired > 0 ? 'expired' : c.workerGone > 0 ? 'worker-gone' : c.unstarted > 0 ? 'unstarted' : c.running > 0 ? 'live' : 'none';
+
+export const toKeyRow = (r: Row): KeyRow => ({
+  ...r,
+  oldestParkedAt: toMs(r.oldestParkedAt),
+  nextLeaseExpiry: toMs(r.nextLeaseExpiry),
+  oldestUnstartedAt: toMs(r.oldestUnstartedAt),
+  leaseState: leaseStateOf(r.holderStates),
+  atLimit: r.inUse >= r.limit,
+  quarantine: toQuarantine(r.quarantine),
+  paused: toPause(r.paused),
+});
 
 /**
  * Every concurrency key with its limit, use, holders by state and waits (jl_key_stats), ordered
@@ -91,14 +118,5 @@ export const leaseStateOf = (c: HolderCounts): LeaseState =>
  */
 export const listKeys = async (db: Queryable, now: number): Promise<KeyRow[]> => {
   const { rows } = await db.query<Row>(LIST_KEYS_SQL, [now]);
-  return rows.map((r) => ({
-    ...r,
-    oldestParkedAt: toMs(r.oldestParkedAt),
-    nextLeaseExpiry: toMs(r.nextLeaseExpiry),
-    oldestUnstartedAt: toMs(r.oldestUnstartedAt),
-    leaseState: leaseStateOf(r.holderStates),
-    atLimit: r.inUse >= r.limit,
-    quarantine: toQuarantine(r.quarantine),
-    paused: toPause(r.paused),
-  }));
+  return rows.map(toKeyRow);
 };

@@ -1,4 +1,5 @@
 import type { Queryable } from '../../../projections/transaction.js';
+import { epochMs, toMs } from './sql.js';
 import { workerLive } from './workers.js';
 
 // Per dispatch queue, what an operator asks in an incident: is work waiting, since when, and is
@@ -13,6 +14,8 @@ export interface QueueRow {
   readonly visibleNow: number;
   /** Age of the oldest admission waiting to be claimed, null when none waits. */
   readonly oldestAgeMs: number | null;
+  /** When that admission was made (epoch ms, the ledger's clock, as every time of the read models); null when none waits. */
+  readonly oldestAt: number | null;
   /** Live workers reading the queue. */
   readonly consumers: number;
   /** Handlers those live workers run at once, summed: the queue's capacity now. */
@@ -38,6 +41,7 @@ SELECT coalesce(h.queue, l.queue) AS queue,
        coalesce(h.depth, 0) AS depth,
        coalesce(h.visible_now, 0) AS "visibleNow",
        greatest(extract(epoch FROM statement_timestamp() - h.oldest) * 1000, 0)::float8 AS "oldestAgeMs",
+       ${epochMs('h.oldest')} AS "oldestAt",
        coalesce(l.consumers, 0) AS consumers,
        coalesce(l.capacity, 0) AS capacity
 FROM held h FULL JOIN live l USING (queue)
@@ -46,5 +50,5 @@ ORDER BY 1`;
 /** Every dispatch queue with work in flight or a live worker, with its depth, what waits and since when, and who reads it, by name. */
 export const listQueues = async (db: Queryable): Promise<QueueRow[]> => {
   const { rows } = await db.query<QueueRow>(LIST_QUEUES_SQL);
-  return rows.map((q) => ({ ...q, oldestAgeMs: q.oldestAgeMs === null ? null : Math.round(q.oldestAgeMs) }));
+  return rows.map((q) => ({ ...q, oldestAgeMs: q.oldestAgeMs === null ? null : Math.round(q.oldestAgeMs), oldestAt: toMs(q.oldestAt) }));
 };
