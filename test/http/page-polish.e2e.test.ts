@@ -1,6 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { keyStream } from '../../src/domain/streams.js';
 import { hasChromium, launchChromium, rememberToken, SKIP_NO_CHROMIUM, startTestServer, watchProblems, type TestServer } from './support.js';
 
 // The page's views and feedback in real headless Chromium (Debian's package): #key= and #job= as
@@ -104,6 +105,22 @@ describe('the dashboard\'s views and feedback, in headless Chromium', () => {
     expect(await page.locator('#job-body').isVisible()).toBe(false);
     await page.close();
     noProblems(/404 \(Not Found\)/);
+  });
+
+  it("a job's renewals are one line that says how many, and 'show each renewal' lists them (issue 23)", async (ctx) => {
+    ctx.skip(!hasChromium, SKIP_NO_CHROMIUM);
+    await s.ledger.enqueue({ name: 'long', key: 'renewing', limit: 1, jobId: 'long-1' });
+    await s.start('renewing', 'long-1', 'worker-r');
+    const leaseId = (await s.ledger.keyState('renewing')).state.jobs['long-1']!.lease!.leaseId;
+    for (let i = 0; i < 5; i++) expect((await s.ledger.execute(keyStream('renewing'), { type: 'Renew', jobId: 'long-1', leaseId }))._tag).toBe('Right');
+    const page = await open('#job=long-1');
+    await expect.poll(() => page.locator('#job-events li').count()).toBe(4);
+    expect(await page.locator('#job-events li[data-type="LeaseRenewed"]').textContent()).toContain('renewed 5 times since');
+    await page.locator('#job-events button.show-renewals').click();
+    await expect.poll(() => page.locator('#job-events li[data-type="LeaseRenewed"]').count()).toBe(5);
+    expect(await page.locator('#job-events button.show-renewals').count()).toBe(0);
+    await page.close();
+    noProblems();
   });
 
   it('a release names what happens to each holder, and changes nothing when cancelled', async (ctx) => {
