@@ -39,9 +39,15 @@ export interface TestServer {
 /** How the test server is bound: `host` (default 127.0.0.1) and the access options that go with it (see createHttpServer). */
 export type TestServerAccess = Pick<HttpServerOptions, 'host' | 'publicReads' | 'allowedHosts'>;
 
-export const startTestServer = async (options: { bodyLimit?: number; inlineProjections?: boolean; tokens?: readonly AccessToken[] } & TestServerAccess = {}): Promise<TestServer> => {
+export const startTestServer = async (options: { bodyLimit?: number; inlineProjections?: boolean; sweepIntervalMs?: number; tokens?: readonly AccessToken[] } & TestServerAccess = {}): Promise<TestServer> => {
   const db = await createMigratedDatabase(10, { pipeline: true });
-  const ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger, ...(options.inlineProjections === false ? { inlineProjections: false } : {}) });
+  const ledger = await createLedger({
+    pool: db.pool,
+    migrate: false,
+    logger: silentLogger,
+    ...(options.inlineProjections === false ? { inlineProjections: false } : {}),
+    ...(options.sweepIntervalMs === undefined ? {} : { sweepIntervalMs: options.sweepIntervalMs }),
+  });
   const { bodyLimit, tokens, host = '127.0.0.1', publicReads, allowedHosts } = options;
   const app = await createHttpServer({ ledger, token: TOKEN, host, ...(publicReads ? { publicReads } : {}), ...(allowedHosts ? { allowedHosts } : {}), ...(bodyLimit ? { bodyLimit } : {}), ...(tokens ? { tokens } : {}) });
   await app.listen({ port: 0, host });
