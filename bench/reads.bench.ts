@@ -12,16 +12,19 @@
 // jobledger_bench_reads (jobledger_bench_reads_quick), on DATABASE_URL's server or the machine's,
 // and kept: a later run that finds it built measures it again (a few minutes saved). Then:
 //
-// 1. `jobledger serve` in a child process; 10 clients poll it as the page does (app.js: every 2 s
-//    after the last refresh ended, the overview's reads at once, then the open view's), each with
-//    a view open: the big key, an ordinary key, a job parked at the back of the big key, the job
-//    that renewed its lease 5,000 times, the job at the back of the capped queue, or a key's audit
-//    (not polled by the page, whose key view reads the audit inside /api/keys/detail). Every read
-//    is timed to its body's last byte; one not answered within --timeout-s is a timeout (the page
-//    has none: it would wait). The sweeper's tick lag comes from serve's /metrics, scraped before
-//    and after; serve's resident set from /proc every second.
-// 2. Each CLI read, --cli-runs times, from spawn to exit, beside the idle server. `retry --key K
-//    --dead` on keys with no dead job reads what a retry reads and writes nothing.
+// 1. `jobledger serve` in a child process, and each of the page's reads on it alone, --solo-runs
+//    times in a row (timed out after --solo-timeout-s): what a read costs by itself.
+// 2. 10 clients poll it as the page does (app.js: every 2 s after the last refresh ended, the
+//    overview's reads at once, then the open view's), each with a view open: the big key, an
+//    ordinary key, a job parked at the back of the big key, the job that renewed its lease 5,000
+//    times, the job at the back of the capped queue, or a key's audit (not polled by the page,
+//    whose key view reads the audit inside /api/keys/detail). Every read is timed to its body's
+//    last byte; one not answered within --timeout-s is a timeout (the page has none: it would
+//    wait, and serve goes on with a read timed out here). The sweeper's tick lag comes from
+//    serve's /metrics, scraped before and after; serve's resident set from /proc every second.
+// 3. serve stopped (what it still runs in PostgreSQL cancelled), each CLI read --cli-runs times,
+//    from spawn to exit. `retry --key K --dead` on keys with no dead job reads what a retry reads
+//    and writes nothing.
 //
 // The ledger's events are counted before and after: measuring must not change it.
 import { cpus, loadavg } from 'node:os';
@@ -89,6 +92,8 @@ interface Options {
   readonly pollers: number;
   readonly cliRuns: number;
   readonly cliTimeoutMs: number;
+  readonly soloRuns: number;
+  readonly soloTimeoutMs: number;
   readonly rebuild: boolean;
 }
 
@@ -101,6 +106,8 @@ const options = (): Options => {
       pollers: { type: 'string', default: '10' },
       'cli-runs': { type: 'string' },
       'cli-timeout-s': { type: 'string', default: '60' },
+      'solo-runs': { type: 'string' },
+      'solo-timeout-s': { type: 'string', default: '120' },
       'database-url': { type: 'string' },
       rebuild: { type: 'boolean', default: false },
     },
@@ -121,6 +128,8 @@ const options = (): Options => {
     pollers: Math.round(positive('pollers', values.pollers, 10)),
     cliRuns: Math.round(positive('cli-runs', values['cli-runs'], values.quick ? 3 : 10)),
     cliTimeoutMs: positive('cli-timeout-s', values['cli-timeout-s'], 60) * 1000,
+    soloRuns: Math.round(positive('solo-runs', values['solo-runs'], 3)),
+    soloTimeoutMs: positive('solo-timeout-s', values['solo-timeout-s'], 120) * 1000,
     rebuild: values.rebuild === true,
   };
 };
@@ -177,6 +186,47 @@ const pollLikeThePage = async (serve: Serve, views: readonly View[], o: Options)
   return samples;
 };
 
+/** A read or command line this slow is not run again: one run says enough, and more would take the run's time. */
+const SLOW_MS = 10_000;
+
+/** Each read alone on the server, `soloRuns` times in a row: what it costs without the pollers. */
+const readAlone = async (serve: Serve, reads: readonly Read[], o: Options): Promise<Map<string, Sample[]>> => {
+  const out = new Map<string, Sample[]>();
+  for (const read of reads) {
+    const samples: Sample[] = [];
+    out.set(read.label, samples);
+    for (let i = 0; i < o.soloRuns && !interrupted; i++) {
+      const sample = await timedGet(serve.url + read.path, o.soloTimeoutMs);
+      samples.push(sample);
+      if (sample.ms > SLOW_MS) break;
+    }
+    const f = figuresOf(samples);
+    process.stderr.write(`  ${read.label}: p50 ${ms(f.p50, o.soloTimeoutMs)} ms, ${size(f.maxBytes)}${f.timeouts > 0 ? ', timed out' : ''}${f.errors > 0 ? `, ${f.firstError}` : ''}\n`);
+  }
+  return out;
+};
+
+/**
+ * Cancels serve's statements until none has run for a second (at most `forMs`): those of the reads
+ * the pollers timed out and left behind (serve runs every read it took, and a listing of every key
+ * can take a minute), which keep its pool, and so /metrics and the sweeper, waiting; and, once it
+ * stopped, those its backends still run (a backend notices a gone client only when it answers),
+ * which would share the machine with the CLI's runs. Only this bench connects to its database.
+ */
+const cancelLeftovers = async (pool: pg.Pool, forMs = 120_000): Promise<number> => {
+  let cancelled = 0;
+  let quietSince = performance.now();
+  for (const deadline = performance.now() + forMs; performance.now() < deadline && performance.now() - quietSince < 1_000; ) {
+    const { rowCount } = await pool.query(
+      `SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active' AND backend_type = 'client backend'`,
+    );
+    if (rowCount !== 0) quietSince = performance.now();
+    cancelled += rowCount ?? 0;
+    await sleep(100);
+  }
+  return cancelled;
+};
+
 interface TickLag {
   readonly ticks: number;
   readonly sumS: number;
@@ -221,7 +271,7 @@ const cliReadsOf = (s: Built['subjects']): readonly CliRead[] => {
   ];
 };
 
-/** Each read `runs` times in a row; after a timeout, the read's other runs are skipped (they would time out too). */
+/** Each command line `cliRuns` times in a row. */
 const runCliReads = async (reads: readonly CliRead[], o: Options): Promise<Map<string, Sample[]>> => {
   const out = new Map<string, Sample[]>();
   for (const read of reads) {
@@ -230,7 +280,7 @@ const runCliReads = async (reads: readonly CliRead[], o: Options): Promise<Map<s
     for (let i = 0; i < o.cliRuns && !interrupted; i++) {
       const sample = await timedCli(read.args, o.databaseUrl, o.cliTimeoutMs);
       samples.push(sample);
-      if (sample.outcome === 'timeout') break;
+      if (sample.ms > SLOW_MS) break;
     }
     const f = figuresOf(samples);
     process.stderr.write(`  ${read.label}: p50 ${ms(f.p50, o.cliTimeoutMs)} ms${f.timeouts > 0 ? ', timed out' : ''}${f.errors > 0 ? `, ${f.firstError}` : ''}\n`);
@@ -271,6 +321,15 @@ const pageTable = (page: PageSamples, reads: readonly Read[], o: Options, goals:
   ].join('\n');
 };
 
+const soloTable = (solo: Map<string, Sample[]>, o: Options): string =>
+  table(
+    ['read', 'runs', 'p50 ms', 'max ms', 'size'],
+    [...solo].map(([label, samples]) => {
+      const f = figuresOf(samples);
+      return [label, outcomes(f), ms(f.p50, o.soloTimeoutMs), ms(f.max, o.soloTimeoutMs), size(f.maxBytes)];
+    }),
+  );
+
 const pollTable = (page: PageSamples, o: Options, goals: Goal[]): string => {
   const rows = [...page.polls].map(([view, { pollers, samples }]) => {
     const f = figuresOf(samples);
@@ -310,7 +369,7 @@ const tickLagLines = (before: TickLag | string, after: TickLag | string, polling
   const late = ticks - (after.withinGoal - before.withinGoal);
   goals.push({ goal: `sweeper tick never late by more than ${GOALS.tickLagS} s`, ok: after.maxS <= GOALS.tickLagS, detail: `latest ${after.maxS.toFixed(3)} s` });
   return (
-    `sweeper (serve's, every 1 s), while the pollers ran (${pollingS.toFixed(0)} s): ${ticks} ticks, ${late} of them more than ${GOALS.tickLagS} s late, ` +
+    `sweeper (serve's, every 1 s), while the pollers ran (${pollingS.toFixed(0)} s): ${ticks} ticks (about ${pollingS.toFixed(0)} if each took no time: fewer, the ticks themselves were slow), ${late} of them started more than ${GOALS.tickLagS} s late, ` +
     `mean lag ${ticks === 0 ? '–' : `${(((after.sumS - before.sumS) / ticks) * 1000).toFixed(1)} ms`}; the latest tick since serve started: ${after.maxS.toFixed(3)} s late`
   );
 };
@@ -366,10 +425,15 @@ const main = async (): Promise<void> => {
     console.log(`serve: ${serve.url} (pid ${serve.pid})`);
     // Its first ticks and reads (connections, caches) are not what is measured.
     await sleep(3_000);
+    const views = viewsOf(s);
+    const reads = [...OVERVIEW, ...views.flatMap((v) => v.reads)];
+    serve.phase = 'one read at a time';
+    console.log(`page reads alone: each ${o.soloRuns} times in a row, timed out after ${o.soloTimeoutMs / 1000} s`);
+    const solo = await readAlone(serve, reads, o);
+    sections.push(`### Page reads, one at a time\n\n${soloTable(solo, o)}`);
     const lagBefore = await scrapeTickLag(serve);
     serve.phase = 'polling';
     console.log(`page reads: ${o.pollers} pollers for ${o.durationS} s, each read timed out after ${o.timeoutMs / 1000} s`);
-    const views = viewsOf(s);
     const pollStarted = performance.now();
     let page: PageSamples | undefined;
     try {
@@ -378,23 +442,25 @@ const main = async (): Promise<void> => {
       sections.push(`page reads: failed: ${String(error)}`);
     }
     const pollingS = (performance.now() - pollStarted) / 1000;
+    const abandoned = await cancelLeftovers(pool);
     const lagAfter = await scrapeTickLag(serve);
     if (page !== undefined) {
-      const reads = [...OVERVIEW, ...views.flatMap((v) => v.reads)];
       sections.push(`### Page reads, ${o.pollers} pollers for ${pollingS.toFixed(0)} s\n\n${pageTable(page, reads, o, goals)}`);
       sections.push(`### Polls (a refresh: overview and open view)\n\n${pollTable(page, o, goals)}`);
     }
     sections.push(tickLagLines(lagBefore, lagAfter, pollingS, goals));
-    serve.phase = 'CLI reads';
+    if (abandoned > 0) sections.push(`after the pollers: ${abandoned} statement${abandoned === 1 ? "" : "s"} of the reads they had timed out, still running in serve, cancelled before /metrics was scraped`);
+    sections.push(rssLines(serve, goals));
+    if (serve.exited() !== undefined) sections.push(`**serve exited during the run** (${serve.exited()}):\n${serve.stderr()}`);
+    await serve.stop();
+    const cancelled = await cancelLeftovers(pool);
     if (!interrupted) {
-      console.log(`CLI reads: ${o.cliRuns} runs each from spawn to exit, each killed after ${o.cliTimeoutMs / 1000} s (serve idle beside them)`);
+      console.log(`CLI reads: ${o.cliRuns} runs each from spawn to exit, each killed after ${o.cliTimeoutMs / 1000} s (serve stopped${cancelled > 0 ? `, ${cancelled} of its statements still running cancelled` : ''})`);
       const cli = await runCliReads(cliReadsOf(s), o);
       sections.push(`### CLI reads, ${o.cliRuns} runs each\n\n${cliTable(cli, o, goals)}`);
     }
-    sections.push(rssLines(serve, goals));
     const eventsAfter = await eventCount(pool);
     sections.push(eventsAfter === eventsBefore ? `ledger unchanged by the run: ${eventsAfter.toLocaleString()} events` : `**the ledger changed during the run**: ${eventsBefore.toLocaleString()} events before, ${eventsAfter.toLocaleString()} after`);
-    if (serve.exited() !== undefined) sections.push(`**serve exited during the run** (${serve.exited()}):\n${serve.stderr()}`);
   } catch (error) {
     sections.push(`**the run failed**: ${error instanceof Error ? error.message : String(error)}`);
   } finally {
