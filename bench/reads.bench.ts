@@ -449,7 +449,7 @@ const main = async (): Promise<void> => {
       sections.push(`### Polls (a refresh: overview and open view)\n\n${pollTable(page, o, goals)}`);
     }
     sections.push(tickLagLines(lagBefore, lagAfter, pollingS, goals));
-    if (abandoned > 0) sections.push(`after the pollers: ${abandoned} statement${abandoned === 1 ? "" : "s"} of the reads they had timed out, still running in serve, cancelled before /metrics was scraped`);
+    if (abandoned > 0) sections.push(`after the pollers: ${abandoned} statement${abandoned === 1 ? '' : 's'} of the reads they had timed out, still running in serve, cancelled before /metrics was scraped`);
     sections.push(rssLines(serve, goals));
     if (serve.exited() !== undefined) sections.push(`**serve exited during the run** (${serve.exited()}):\n${serve.stderr()}`);
     await serve.stop();
