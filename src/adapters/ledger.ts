@@ -393,6 +393,11 @@ export class Ledger extends LedgerReader {
     for (const runner of this.runners) runner.start();
   }
 
+  /** How late each of the sweeper's ticks started, in ms, once start() runs it (Sweeper.onTickLag; /metrics). */
+  onSweeperTickLag(listener: (lagMs: number) => void): void {
+    this.sweeper.onTickLag(listener);
+  }
+
   /** Stops what start() started (the sweeper, the async projection runners); workers and writes go on. */
   async stop(): Promise<void> {
     await this.sweeper.stop();

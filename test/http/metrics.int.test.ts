@@ -1,8 +1,10 @@
+import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { keyStream } from '../../src/domain/streams.js';
 import { recheckWriterQuarantines } from '../../src/projections/quarantine.js';
 import { appendByHand, fixByHand, namesPlace } from '../support/bad-events.js';
+import { until } from '../support/until.js';
 import { startTestServer, type TestServer } from './support.js';
 
 // GET /metrics: Prometheus text with the dashboard's figures.
@@ -119,5 +121,40 @@ describe('GET /metrics, async projections', () => {
     expect(sample(text, 'jobledger_projection_lag_seconds', { projection: 'read_models', mode: 'async' })).toBe(0);
     expect(sample(text, 'jobledger_slots_held')).toBe(1);
     expect(sample(text, 'jobledger_parked_jobs')).toBe(1);
+  });
+});
+
+describe('GET /metrics, the sweeper\'s tick lag', () => {
+  let s: TestServer;
+  beforeAll(async () => {
+    s = await startTestServer({ sweepIntervalMs: 50 });
+  });
+  afterAll(() => s.close());
+
+  const LAG = 'jobledger_sweeper_tick_lag_seconds';
+  const MAX = 'jobledger_sweeper_tick_lag_max_seconds';
+
+  it('observes how late each tick started: an event loop blocked past a tick\'s time shows in the histogram and the max', async () => {
+    const idle = await scrape(s);
+    expect(idle).toContain(`# TYPE ${LAG} histogram`);
+    expect(sample(idle, `${LAG}_count`)).toBe(0);
+    expect(sample(idle, MAX)).toBe(0);
+    s.ledger.start();
+    await until(() => scrape(s), (text) => sample(text, `${LAG}_count`)! >= 1, 'a tick after the first');
+    // Blocked 300 ms with the next tick due within 50: it starts at least 250 ms late. A tick in
+    // flight when the block began schedules the next one only after it: then block again.
+    let text = '';
+    for (let tries = 0; tries < 5 && !(sample(text, MAX)! >= 0.25); tries++) {
+      const end = performance.now() + 300;
+      while (performance.now() < end);
+      await sleep(20);
+      text = await scrape(s);
+    }
+    const ticks = sample(text, `${LAG}_count`)!;
+    expect(sample(text, MAX)).toBeGreaterThanOrEqual(0.25);
+    expect(sample(text, MAX)).toBeLessThan(5);
+    expect(ticks).toBeGreaterThanOrEqual(2);
+    expect(sample(text, `${LAG}_bucket`, { le: '0.1' })).toBeLessThan(ticks);
+    expect(sample(text, `${LAG}_bucket`, { le: '+Inf' })).toBe(ticks);
   });
 });

@@ -40,7 +40,14 @@ export interface TestServer {
 export type TestServerAccess = Pick<HttpServerOptions, 'host' | 'publicReads' | 'allowedHosts'>;
 
 export const startTestServer = async (
-  options: { bodyLimit?: number; inlineProjections?: boolean; tokens?: readonly AccessToken[]; /** The ledger's clock (default Date.now): event times and lease expiries. */ clock?: () => number } & TestServerAccess = {},
+  options: {
+    bodyLimit?: number;
+    inlineProjections?: boolean;
+    sweepIntervalMs?: number;
+    tokens?: readonly AccessToken[];
+    /** The ledger's clock (default Date.now): event times and lease expiries. */
+    clock?: () => number;
+  } & TestServerAccess = {},
 ): Promise<TestServer> => {
   const db = await createMigratedDatabase(10, { pipeline: true });
   const ledger = await createLedger({
@@ -49,6 +56,7 @@ export const startTestServer = async (
     logger: silentLogger,
     ...(options.inlineProjections === false ? { inlineProjections: false } : {}),
     ...(options.clock ? { clock: options.clock } : {}),
+    ...(options.sweepIntervalMs === undefined ? {} : { sweepIntervalMs: options.sweepIntervalMs }),
   });
   const { bodyLimit, tokens, host = '127.0.0.1', publicReads, allowedHosts } = options;
   const app = await createHttpServer({ ledger, token: TOKEN, host, ...(publicReads ? { publicReads } : {}), ...(allowedHosts ? { allowedHosts } : {}), ...(bodyLimit ? { bodyLimit } : {}), ...(tokens ? { tokens } : {}) });

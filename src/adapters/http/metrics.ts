@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { Gauge, Registry } from 'prom-client';
+import { Gauge, Histogram, Registry } from 'prom-client';
 import type { Ledger } from '../ledger.js';
 import { HOLDER_STATES } from '../postgres/queries/holder-state.js';
 import { TOP_KEYS, type LedgerMetrics } from '../postgres/queries/ledger-metrics.js';
@@ -8,8 +8,9 @@ import type { QueueRow } from '../postgres/queries/queues.js';
 
 // GET /metrics: the dashboard's figures in Prometheus text format (prom-client), read fresh on each
 // scrape: one statement for the read models, workers, projection lag and ledger size, one for the
-// queues. Bounded: no series per key, only totals, per queue and per state figures, and the
-// TOP_KEYS keys of two rankings (a key drops out of them as soon as it ranks lower).
+// queues; and the sweeper's tick lag, observed as it ticks. Bounded: no series per key, only totals,
+// per queue and per state figures, and the TOP_KEYS keys of two rankings (a key drops out of them
+// as soon as it ranks lower).
 
 type Figures = LedgerMetrics & { readonly queueMetrics: readonly QueueRow[] };
 
@@ -83,6 +84,21 @@ export const registerMetrics = (app: FastifyInstance, ledger: Ledger): void => {
       for (const l of f.projectionLag) g.set({ projection: l.projection, mode: ledger.projectionMode }, l.seconds);
     }),
   ];
+  // This process's own figure, observed as each tick starts: nothing to read at the scrape.
+  const tickLag = new Histogram({
+    name: 'jobledger_sweeper_tick_lag_seconds',
+    help: "How late each of this process's sweeper ticks started against its schedule (the previous tick's end plus the sweep interval): the event loop kept it waiting, and no lease expired or due job was admitted meanwhile.",
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers: [registry],
+  });
+  const tickLagMax = new Gauge({ name: 'jobledger_sweeper_tick_lag_max_seconds', help: 'The latest any sweeper tick of this process started since it started (see jobledger_sweeper_tick_lag_seconds).', registers: [registry] });
+  tickLagMax.set(0);
+  let lagMaxSeconds = 0;
+  ledger.onSweeperTickLag((lagMs) => {
+    const seconds = lagMs / 1000;
+    tickLag.observe(seconds);
+    if (seconds > lagMaxSeconds) tickLagMax.set((lagMaxSeconds = seconds));
+  });
   const read = async (): Promise<Figures> => {
     const async = ledger.projectionMode === 'async' ? projections : [];
     const [figures, queueMetrics] = await Promise.all([ledger.metrics(async), ledger.queues()]);

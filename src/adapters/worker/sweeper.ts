@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import * as E from 'fp-ts/lib/Either.js';
 import type pg from 'pg';
 import type { CommandResult, KeyCommand } from '../../commands/key-command.js';
@@ -56,6 +57,8 @@ export class Sweeper {
   private readonly after: Record<SweepCandidate, string> = { expired: '', due: '', stranded: '' };
   /** When (Date.now) this sweeper last made the coming weeks' partitions. */
   private weeksMadeAt = 0;
+  /** Told how late each tick started (see onTickLag). */
+  private readonly lagListeners = new Set<(lagMs: number) => void>();
 
   constructor(
     private readonly writer: { executeMany(items: readonly KeyCommand[]): Promise<CommandResult[]> },
@@ -66,13 +69,27 @@ export class Sweeper {
 
   start(): void {
     this.stopped = false;
-    const tick = () => {
+    const tick = (due?: number) => {
+      if (due !== undefined) {
+        const lagMs = Math.max(0, performance.now() - due);
+        for (const listener of this.lagListeners) listener(lagMs);
+      }
       this.sweeping = this.tick().finally(() => {
         this.sweeping = undefined;
-        if (!this.stopped) this.timer = setTimeout(tick, this.options.intervalMs ?? 1_000);
+        const intervalMs = this.options.intervalMs ?? 1_000;
+        if (!this.stopped) this.timer = setTimeout(tick, intervalMs, performance.now() + intervalMs);
       });
     };
     tick();
+  }
+
+  /**
+   * `listener` is told, at each tick after the first, how late it started (ms) against its
+   * schedule (the previous tick's end plus intervalMs): the time the event loop kept the timer
+   * waiting, during which no lease expired and no due job was admitted (/metrics shows it).
+   */
+  onTickLag(listener: (lagMs: number) => void): void {
+    this.lagListeners.add(listener);
   }
 
   async stop(): Promise<void> {

@@ -1,0 +1,474 @@
+// Measures every read of the dashboard page and of the CLI on a ledger of a million events, and
+// what serving them costs `jobledger serve` (its sweeper's tick lag, its resident set); prints the
+// figures beside their goals and exits 0 whatever they are (it measures, it does not test).
+//
+//   npm run bench:reads                               # 1,000,000 events, 10 pollers for 5 minutes
+//   npm run bench:reads -- --quick                    # 50,000 events, 20 s: the script itself, fast
+//   npm run bench:reads -- --duration-s 60 --cli-runs 3 --timeout-s 30 --pollers 10
+//   npm run bench:reads -- --database-url postgres://postgres@127.0.0.1:5432/jobledger_bench_reads
+//   npm run bench:reads -- --rebuild                  # build the ledger again even if found built
+//
+// The ledger (bench/reads-ledger.ts) is built through the library in the database
+// jobledger_bench_reads (jobledger_bench_reads_quick), on DATABASE_URL's server or the machine's,
+// and kept: a later run that finds it built measures it again (a few minutes saved). Then:
+//
+// 1. `jobledger serve` in a child process, and each of the page's reads on it alone, --solo-runs
+//    times in a row (timed out after --solo-timeout-s): what a read costs by itself.
+// 2. 10 clients poll it as the page does (app.js: every 2 s after the last refresh ended, the
+//    overview's reads at once, then the open view's), each with a view open: the big key, an
+//    ordinary key, a job parked at the back of the big key, the job that renewed its lease 5,000
+//    times, the job at the back of the capped queue, or a key's audit (not polled by the page,
+//    whose key view reads the audit inside /api/keys/detail). Every read is timed to its body's
+//    last byte; one not answered within --timeout-s is a timeout (the page has none: it would
+//    wait, and serve goes on with a read timed out here). The sweeper's tick lag comes from
+//    serve's /metrics, scraped before and after; serve's resident set from /proc every second.
+// 3. serve stopped (what it still runs in PostgreSQL cancelled), each CLI read --cli-runs times,
+//    from spawn to exit. `retry --key K --dead` on keys with no dead job reads what a retry reads
+//    and writes nothing.
+//
+// The ledger's events are counted before and after: measuring must not change it.
+import { cpus, loadavg } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { ensureLedger, eventCount, SCALES, type Built, type Scale } from './reads-ledger.js';
+import { figuresOf, series, startServe, timedCli, timedGet, type Figures, type Sample, type Serve } from './reads-probes.js';
+import { quantile, serverUrl } from './scratch-database.js';
+
+/** The page's refresh period (app.js REFRESH_MS). */
+const REFRESH_MS = 2_000;
+
+const GOALS = { pageP99Ms: 100, cliP99Ms: 300, pollBytes: 50 * 1024, tickLagS: 1, rssMb: 300 };
+
+interface Read {
+  readonly label: string;
+  readonly path: string;
+}
+
+interface View {
+  readonly name: string;
+  readonly reads: readonly Read[];
+}
+
+const query = (params: Record<string, string>) => new URLSearchParams(params).toString();
+
+/** What each refresh of the page reads (app.js refresh, dead-jobs.js readDeadJobs with no filter). */
+const OVERVIEW: readonly Read[] = [
+  { label: 'GET /api/keys', path: '/api/keys' },
+  { label: 'GET /api/workers', path: '/api/workers' },
+  { label: 'GET /api/queues', path: '/api/queues' },
+  { label: 'GET /api/jobs?status=dead', path: `/api/jobs?${query({ limit: '100', status: 'dead' })}` },
+  { label: 'GET /api/jobs?status=failed', path: `/api/jobs?${query({ limit: '100', status: 'failed' })}` },
+];
+
+/** The views a poller keeps open; the job view reads a job's history and explanation at once (job-view.js readJob). */
+const viewsOf = (s: Built['subjects']): readonly View[] => {
+  const key = (name: string, key: string): View => ({ name, reads: [{ label: `GET /api/keys/detail?key=${key}`, path: `/api/keys/detail?${query({ key })}` }] });
+  const job = (name: string, jobId: string): View => ({
+    name,
+    reads: [
+      { label: `GET /api/jobs/history?jobId=${jobId}`, path: `/api/jobs/history?${query({ jobId })}` },
+      { label: `GET /api/jobs/explain?jobId=${jobId}`, path: `/api/jobs/explain?${query({ jobId })}` },
+    ],
+  });
+  const audit = (name: string, key: string): View => ({ name, reads: [{ label: `GET /api/audit?key=${key}`, path: `/api/audit?${query({ key })}` }] });
+  return [
+    key('the big key', s.bigKey),
+    key('an ordinary key', s.ordinaryKey),
+    job('a job parked at the back of the big key', s.bigParkedJob),
+    job('the job that renewed its lease', s.renewJob),
+    job('the job at the back of the capped queue', s.cappedJob),
+    audit('audit of the big key (not a page poll)', s.bigKey),
+    audit('audit of an ordinary key (not a page poll)', s.ordinaryKey),
+  ];
+};
+
+interface Options {
+  readonly scale: Scale;
+  readonly databaseUrl: string;
+  readonly durationS: number;
+  readonly timeoutMs: number;
+  readonly pollers: number;
+  readonly cliRuns: number;
+  readonly cliTimeoutMs: number;
+  readonly soloRuns: number;
+  readonly soloTimeoutMs: number;
+  readonly rebuild: boolean;
+}
+
+const options = (): Options => {
+  const { values } = parseArgs({
+    options: {
+      quick: { type: 'boolean', default: false },
+      'duration-s': { type: 'string' },
+      'timeout-s': { type: 'string', default: '30' },
+      pollers: { type: 'string', default: '10' },
+      'cli-runs': { type: 'string' },
+      'cli-timeout-s': { type: 'string', default: '60' },
+      'solo-runs': { type: 'string' },
+      'solo-timeout-s': { type: 'string', default: '120' },
+      'database-url': { type: 'string' },
+      rebuild: { type: 'boolean', default: false },
+    },
+  });
+  const positive = (flag: string, value: string | undefined, fallback: number) => {
+    const n = Number(value ?? fallback);
+    if (!Number.isFinite(n) || n <= 0) throw new Error(`--${flag} expects a number above 0, got '${value}'`);
+    return n;
+  };
+  const scale = values.quick ? SCALES.quick : SCALES.full;
+  const url = new URL(serverUrl);
+  url.pathname = `/jobledger_bench_reads${values.quick ? '_quick' : ''}`;
+  return {
+    scale,
+    databaseUrl: values['database-url'] ?? url.toString(),
+    durationS: positive('duration-s', values['duration-s'], values.quick ? 20 : 300),
+    timeoutMs: positive('timeout-s', values['timeout-s'], 30) * 1000,
+    pollers: Math.round(positive('pollers', values.pollers, 10)),
+    cliRuns: Math.round(positive('cli-runs', values['cli-runs'], values.quick ? 3 : 10)),
+    cliTimeoutMs: positive('cli-timeout-s', values['cli-timeout-s'], 60) * 1000,
+    soloRuns: Math.round(positive('solo-runs', values['solo-runs'], 3)),
+    soloTimeoutMs: positive('solo-timeout-s', values['solo-timeout-s'], 120) * 1000,
+    rebuild: values.rebuild === true,
+  };
+};
+
+// ---- measuring --------------------------------------------------------------------------------
+
+/** The samples of each read, by label, and of each view's whole polls (overview and view together). */
+interface PageSamples {
+  readonly reads: Map<string, Sample[]>;
+  readonly polls: Map<string, { pollers: number; samples: Sample[] }>;
+}
+
+/** Set by a first Ctrl-C: no new poll or CLI run starts, and what was measured is printed. */
+let interrupted = false;
+
+const pollLikeThePage = async (serve: Serve, views: readonly View[], o: Options): Promise<PageSamples> => {
+  const samples: PageSamples = { reads: new Map(), polls: new Map() };
+  const record = (label: string, s: Sample) => {
+    const of = samples.reads.get(label);
+    if (of === undefined) samples.reads.set(label, [s]);
+    else of.push(s);
+  };
+  const deadline = performance.now() + o.durationS * 1000;
+  const poller = async (view: View) => {
+    // Pages opened at different moments.
+    await sleep(Math.random() * REFRESH_MS);
+    while (performance.now() < deadline && !interrupted) {
+      const started = performance.now();
+      const overview = await Promise.all(OVERVIEW.map((r) => timedGet(serve.url + r.path, o.timeoutMs)));
+      const opened = await Promise.all(view.reads.map((r) => timedGet(serve.url + r.path, o.timeoutMs)));
+      OVERVIEW.forEach((r, i) => record(r.label, overview[i]!));
+      view.reads.forEach((r, i) => record(r.label, opened[i]!));
+      const all = [...overview, ...opened];
+      const worst = all.find((s) => s.outcome === 'timeout') ?? all.find((s) => s.outcome === 'error');
+      samples.polls.get(view.name)!.samples.push({ ms: performance.now() - started, bytes: all.reduce((n, s) => n + s.bytes, 0), outcome: worst?.outcome ?? 'ok' });
+      await sleep(REFRESH_MS);
+    }
+  };
+  const opened = Array.from({ length: o.pollers }, (_, i) => views[i % views.length]!);
+  for (const view of opened) samples.polls.set(view.name, { pollers: (samples.polls.get(view.name)?.pollers ?? 0) + 1, samples: [] });
+  const started = performance.now();
+  const report = setInterval(() => {
+    const all = [...samples.reads.values()].flat();
+    const rss = serve.rss.at(-1)?.mb;
+    process.stderr.write(
+      `  polling ${Math.round((performance.now() - started) / 1000)}/${o.durationS} s: ${all.length.toLocaleString()} reads, ${all.filter((s) => s.outcome === 'timeout').length} timeouts, ${all.filter((s) => s.outcome === 'error').length} errors; serve RSS ${rss?.toFixed(0) ?? '?'} MB\n`,
+    );
+  }, Math.min(30_000, Math.max(5_000, (o.durationS * 1000) / 6)));
+  try {
+    await Promise.all(opened.map(poller));
+  } finally {
+    clearInterval(report);
+  }
+  return samples;
+};
+
+/** A read or command line this slow is not run again: one run says enough, and more would take the run's time. */
+const SLOW_MS = 10_000;
+
+/** Each read alone on the server, `soloRuns` times in a row: what it costs without the pollers. */
+const readAlone = async (serve: Serve, reads: readonly Read[], o: Options): Promise<Map<string, Sample[]>> => {
+  const out = new Map<string, Sample[]>();
+  for (const read of reads) {
+    const samples: Sample[] = [];
+    out.set(read.label, samples);
+    for (let i = 0; i < o.soloRuns && !interrupted; i++) {
+      const sample = await timedGet(serve.url + read.path, o.soloTimeoutMs);
+      samples.push(sample);
+      if (sample.ms > SLOW_MS) break;
+    }
+    const f = figuresOf(samples);
+    process.stderr.write(`  ${read.label}: p50 ${ms(f.p50, o.soloTimeoutMs)} ms, ${size(f.maxBytes)}${f.timeouts > 0 ? ', timed out' : ''}${f.errors > 0 ? `, ${f.firstError}` : ''}\n`);
+  }
+  return out;
+};
+
+/**
+ * Cancels serve's statements until none has run for a second (at most `forMs`): those of the reads
+ * the pollers timed out and left behind (serve runs every read it took, and a listing of every key
+ * can take a minute), which keep its pool, and so /metrics and the sweeper, waiting; and, once it
+ * stopped, those its backends still run (a backend notices a gone client only when it answers),
+ * which would share the machine with the CLI's runs. Only this bench connects to its database.
+ */
+const cancelLeftovers = async (pool: pg.Pool, forMs = 120_000): Promise<number> => {
+  let cancelled = 0;
+  let quietSince = performance.now();
+  for (const deadline = performance.now() + forMs; performance.now() < deadline && performance.now() - quietSince < 1_000; ) {
+    const { rowCount } = await pool.query(
+      `SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active' AND backend_type = 'client backend'`,
+    );
+    if (rowCount !== 0) quietSince = performance.now();
+    cancelled += rowCount ?? 0;
+    await sleep(100);
+  }
+  return cancelled;
+};
+
+interface TickLag {
+  readonly ticks: number;
+  readonly sumS: number;
+  readonly withinGoal: number;
+  readonly maxS: number;
+}
+
+const scrapeTickLag = async (serve: Serve): Promise<TickLag | string> => {
+  try {
+    const response = await fetch(`${serve.url}/metrics`, { signal: AbortSignal.timeout(60_000) });
+    const text = await response.text();
+    const lag = 'jobledger_sweeper_tick_lag_seconds';
+    const [ticks, sumS, withinGoal, maxS] = [series(text, `${lag}_count`), series(text, `${lag}_sum`), series(text, `${lag}_bucket`, { le: String(GOALS.tickLagS) }), series(text, 'jobledger_sweeper_tick_lag_max_seconds')];
+    if (ticks === undefined || sumS === undefined || withinGoal === undefined || maxS === undefined) return `no ${lag} in /metrics (status ${response.status})`;
+    return { ticks, sumS, withinGoal, maxS };
+  } catch (error) {
+    return `/metrics: ${String(error)}`;
+  }
+};
+
+interface CliRead {
+  readonly label: string;
+  readonly args: readonly string[];
+}
+
+const cliReadsOf = (s: Built['subjects']): readonly CliRead[] => {
+  const at = new Date(s.midBuildAt).toISOString();
+  return [
+    { label: `explain --job ${s.bigParkedJob}`, args: ['explain', '--job', s.bigParkedJob] },
+    { label: `explain --job ${s.renewJob}`, args: ['explain', '--job', s.renewJob] },
+    { label: `explain --job ${s.cappedJob}`, args: ['explain', '--job', s.cappedJob] },
+    { label: `job --job ${s.bigParkedJob}`, args: ['job', '--job', s.bigParkedJob] },
+    { label: `job --job ${s.renewJob}`, args: ['job', '--job', s.renewJob] },
+    { label: `job --job ${s.cappedJob}`, args: ['job', '--job', s.cappedJob] },
+    { label: `audit --key ${s.bigKey}`, args: ['audit', '--key', s.bigKey] },
+    { label: `audit --key ${s.ordinaryKey}`, args: ['audit', '--key', s.ordinaryKey] },
+    { label: `state --key ${s.bigKey} --at <halfway>`, args: ['state', '--key', s.bigKey, '--at', at] },
+    { label: `state --key ${s.ordinaryKey} --at <halfway>`, args: ['state', '--key', s.ordinaryKey, '--at', at] },
+    { label: `retry --key ${s.bigKey} --dead (none dead)`, args: ['retry', '--key', s.bigKey, '--dead', '--by', 'bench'] },
+    { label: `retry --key ${s.ordinaryKey} --dead (none dead)`, args: ['retry', '--key', s.ordinaryKey, '--dead', '--by', 'bench'] },
+    { label: 'keys', args: ['keys'] },
+  ];
+};
+
+/** Each command line `cliRuns` times in a row. */
+const runCliReads = async (reads: readonly CliRead[], o: Options): Promise<Map<string, Sample[]>> => {
+  const out = new Map<string, Sample[]>();
+  for (const read of reads) {
+    const samples: Sample[] = [];
+    out.set(read.label, samples);
+    for (let i = 0; i < o.cliRuns && !interrupted; i++) {
+      const sample = await timedCli(read.args, o.databaseUrl, o.cliTimeoutMs);
+      samples.push(sample);
+      if (sample.ms > SLOW_MS) break;
+    }
+    const f = figuresOf(samples);
+    process.stderr.write(`  ${read.label}: p50 ${ms(f.p50, o.cliTimeoutMs)} ms${f.timeouts > 0 ? ', timed out' : ''}${f.errors > 0 ? `, ${f.firstError}` : ''}\n`);
+  }
+  return out;
+};
+
+// ---- printing ---------------------------------------------------------------------------------
+
+const ms = (v: number, timeoutMs: number): string => (Number.isNaN(v) ? '–' : v >= timeoutMs ? `≥${timeoutMs}` : v < 10 ? v.toFixed(1) : v.toFixed(0));
+const size = (bytes: number): string => (Number.isNaN(bytes) ? '–' : bytes < 1024 ? `${bytes} B` : bytes < 1_048_576 ? `${(bytes / 1024).toFixed(1)} KB` : `${(bytes / 1_048_576).toFixed(1)} MB`);
+const met = (ok: boolean): string => (ok ? 'met' : '**not met**');
+const table = (head: readonly string[], rows: readonly (readonly string[])[]): string => [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
+const outcomes = (f: Figures): string => `${f.n}${f.timeouts > 0 ? `, ${f.timeouts} timed out` : ''}${f.errors > 0 ? `, ${f.errors} failed` : ''}`;
+
+interface Goal {
+  readonly goal: string;
+  readonly ok: boolean;
+  readonly detail: string;
+}
+
+const pageTable = (page: PageSamples, reads: readonly Read[], o: Options, goals: Goal[]): string => {
+  const rows = reads.flatMap(({ label }) => {
+    const samples = page.reads.get(label);
+    if (samples === undefined) return [];
+    const f = figuresOf(samples);
+    return [{ label, f, ok: f.p99 <= GOALS.pageP99Ms && f.timeouts + f.errors === 0 }];
+  });
+  const missed = rows.filter((r) => !r.ok);
+  goals.push({ goal: `every page read p99 ≤ ${GOALS.pageP99Ms} ms`, ok: rows.length > 0 && missed.length === 0, detail: missed.length === 0 ? `${rows.length} reads` : `${missed.length} of ${rows.length} miss: ${missed.map((r) => r.label).join(', ')}` });
+  const errors = rows.flatMap((r) => (r.f.firstError === undefined ? [] : [`- ${r.label}: ${r.f.firstError}`]));
+  return [
+    table(
+      ['read', 'samples', 'p50 ms', 'p99 ms', 'max ms', 'size median / max', `p99 ≤ ${GOALS.pageP99Ms} ms`],
+      rows.map(({ label, f, ok }) => [label, outcomes(f), ms(f.p50, o.timeoutMs), ms(f.p99, o.timeoutMs), ms(f.max, o.timeoutMs), `${size(f.medianBytes)} / ${size(f.maxBytes)}`, met(ok)]),
+    ),
+    ...(errors.length > 0 ? ['', 'First error of each read that failed:', ...errors] : []),
+  ].join('\n');
+};
+
+const soloTable = (solo: Map<string, Sample[]>, o: Options): string =>
+  table(
+    ['read', 'runs', 'p50 ms', 'max ms', 'size'],
+    [...solo].map(([label, samples]) => {
+      const f = figuresOf(samples);
+      return [label, outcomes(f), ms(f.p50, o.soloTimeoutMs), ms(f.max, o.soloTimeoutMs), size(f.maxBytes)];
+    }),
+  );
+
+const pollTable = (page: PageSamples, o: Options, goals: Goal[]): string => {
+  const rows = [...page.polls].map(([view, { pollers, samples }]) => {
+    const f = figuresOf(samples);
+    return { view, pollers, f, ok: f.n > 0 && f.maxBytes <= GOALS.pollBytes };
+  });
+  const over = rows.filter((r) => !r.ok);
+  goals.push({ goal: `no poll over ${size(GOALS.pollBytes)} (a refresh: the overview's reads and the view's)`, ok: over.length === 0, detail: over.length === 0 ? `largest ${size(Math.max(...rows.map((r) => r.f.maxBytes)))}` : over.map((r) => `${r.view}: ${size(r.f.maxBytes)}`).join('; ') });
+  return table(
+    ['open view', 'pollers', 'polls', 'p50 ms', 'p99 ms', 'max ms', 'bytes a poll, median / max', `≤ ${size(GOALS.pollBytes)}`],
+    rows.map(({ view, pollers, f, ok }) => [view, String(pollers), outcomes(f), ms(f.p50, Infinity), ms(f.p99, Infinity), ms(f.max, Infinity), `${size(f.medianBytes)} / ${size(f.maxBytes)}`, met(ok)]),
+  );
+};
+
+const cliTable = (cli: Map<string, Sample[]>, o: Options, goals: Goal[]): string => {
+  const rows = [...cli].map(([label, samples]) => {
+    const f = figuresOf(samples);
+    return { label, f, ok: f.n > 0 && f.p99 <= GOALS.cliP99Ms && f.timeouts + f.errors === 0 };
+  });
+  const missed = rows.filter((r) => !r.ok);
+  goals.push({ goal: `every CLI read p99 ≤ ${GOALS.cliP99Ms} ms, start included`, ok: rows.length > 0 && missed.length === 0, detail: missed.length === 0 ? `${rows.length} command lines` : `${missed.length} of ${rows.length} miss: ${missed.map((r) => r.label).join(', ')}` });
+  const errors = rows.flatMap((r) => (r.f.firstError === undefined ? [] : [`- ${r.label}: ${r.f.firstError}`]));
+  return [
+    table(
+      ['jobledger …', 'runs', 'p50 ms', 'p99 ms', 'max ms', 'stdout', `p99 ≤ ${GOALS.cliP99Ms} ms`],
+      rows.map(({ label, f, ok }) => [label, outcomes(f), ms(f.p50, o.cliTimeoutMs), ms(f.p99, o.cliTimeoutMs), ms(f.max, o.cliTimeoutMs), size(f.maxBytes), met(ok)]),
+    ),
+    ...(errors.length > 0 ? ['', 'First error of each command line that failed:', ...errors] : []),
+  ].join('\n');
+};
+
+const tickLagLines = (before: TickLag | string, after: TickLag | string, pollingS: number, goals: Goal[]): string => {
+  if (typeof before === 'string' || typeof after === 'string') {
+    goals.push({ goal: `sweeper tick never late by more than ${GOALS.tickLagS} s`, ok: false, detail: `not measured: ${typeof before === 'string' ? before : after}` });
+    return `sweeper tick lag: not measured (${typeof before === 'string' ? before : after})`;
+  }
+  const ticks = after.ticks - before.ticks;
+  const late = ticks - (after.withinGoal - before.withinGoal);
+  goals.push({ goal: `sweeper tick never late by more than ${GOALS.tickLagS} s`, ok: after.maxS <= GOALS.tickLagS, detail: `latest ${after.maxS.toFixed(3)} s` });
+  return (
+    `sweeper (serve's, every 1 s), while the pollers ran (${pollingS.toFixed(0)} s): ${ticks} ticks (about ${pollingS.toFixed(0)} if each took no time: fewer, the ticks themselves were slow), ${late} of them started more than ${GOALS.tickLagS} s late, ` +
+    `mean lag ${ticks === 0 ? '–' : `${(((after.sumS - before.sumS) / ticks) * 1000).toFixed(1)} ms`}; the latest tick since serve started: ${after.maxS.toFixed(3)} s late`
+  );
+};
+
+const rssLines = (serve: Serve, goals: Goal[]): string => {
+  const phases = [...new Set(serve.rss.map((r) => r.phase))];
+  const rows = phases.map((phase) => {
+    const mb = serve.rss.filter((r) => r.phase === phase).map((r) => r.mb);
+    const sorted = [...mb].sort((a, b) => a - b);
+    return [phase, String(mb.length), sorted[0]!.toFixed(0), quantile(sorted, 0.5).toFixed(0), sorted.at(-1)!.toFixed(0), `${mb[0]!.toFixed(0)} → ${mb.at(-1)!.toFixed(0)}`];
+  });
+  const max = Math.max(...serve.rss.map((r) => r.mb));
+  // Flat: under the pollers, the last tenth's median is within 10 % of the first tenth's.
+  const polling = serve.rss.filter((r) => r.phase === 'polling').map((r) => r.mb);
+  const tenth = Math.max(1, Math.floor(polling.length / 10));
+  const median = (xs: number[]) => quantile([...xs].sort((a, b) => a - b), 0.5);
+  const [first, last] = [median(polling.slice(0, tenth)), median(polling.slice(-tenth))];
+  goals.push({
+    goal: `serve's RSS flat and under ${GOALS.rssMb} MB`,
+    ok: polling.length > 0 && max < GOALS.rssMb && last <= first * 1.1,
+    detail: `max ${max.toFixed(0)} MB; under the pollers, first tenth's median ${first.toFixed(0)} MB, last tenth's ${last.toFixed(0)} MB`,
+  });
+  return table(['serve RSS (MB), phase', 'samples', 'min', 'median', 'max', 'first → last'], rows);
+};
+
+// ---- the run ----------------------------------------------------------------------------------
+
+const main = async (): Promise<void> => {
+  const o = options();
+  console.log(`bench:reads (${o.scale.name}): ${o.scale.events.toLocaleString()} events in ${o.databaseUrl.replace(/\/\/[^@]*@/, '//')}; ${cpus().length} cores, load average ${loadavg()[0]!.toFixed(2)} at start (the machine may be shared)`);
+  const built = await ensureLedger(o.databaseUrl, o.scale, { rebuild: o.rebuild });
+  const buildS = (built.buildMs / 1000).toFixed(0);
+  console.log(
+    built.reused
+      ? `ledger: found built (${built.events.toLocaleString()} events, built ${built.builtAt.toISOString()} in ${buildS} s); --rebuild builds it again`
+      : `ledger: built, ${built.events.toLocaleString()} events in ${buildS} s (${Math.round(built.events / (built.buildMs / 1000)).toLocaleString()} events/s, three client processes)`,
+  );
+  const s = built.subjects;
+  console.log(`subjects: big key ${s.bigKey} (parked at its back: ${s.bigParkedJob}), renewing job ${s.renewJob}, back of the capped queue ${s.cappedJob}, ordinary key ${s.ordinaryKey}, halfway ${new Date(s.midBuildAt).toISOString()}`);
+
+  const pool = new pg.Pool({ connectionString: o.databaseUrl, max: 1 });
+  process.on('SIGINT', () => {
+    if (interrupted) process.exit(130);
+    interrupted = true;
+    process.stderr.write('interrupted: finishing the reads in flight, then printing what was measured (Ctrl-C again to quit now)\n');
+  });
+  const goals: Goal[] = [];
+  const sections: string[] = [];
+  let serve: Serve | undefined;
+  try {
+    const eventsBefore = await eventCount(pool);
+    serve = await startServe(o.databaseUrl);
+    console.log(`serve: ${serve.url} (pid ${serve.pid})`);
+    // Its first ticks and reads (connections, caches) are not what is measured.
+    await sleep(3_000);
+    const views = viewsOf(s);
+    const reads = [...OVERVIEW, ...views.flatMap((v) => v.reads)];
+    serve.phase = 'one read at a time';
+    console.log(`page reads alone: each ${o.soloRuns} times in a row, timed out after ${o.soloTimeoutMs / 1000} s`);
+    const solo = await readAlone(serve, reads, o);
+    sections.push(`### Page reads, one at a time\n\n${soloTable(solo, o)}`);
+    const lagBefore = await scrapeTickLag(serve);
+    serve.phase = 'polling';
+    console.log(`page reads: ${o.pollers} pollers for ${o.durationS} s, each read timed out after ${o.timeoutMs / 1000} s`);
+    const pollStarted = performance.now();
+    let page: PageSamples | undefined;
+    try {
+      page = await pollLikeThePage(serve, views, o);
+    } catch (error) {
+      sections.push(`page reads: failed: ${String(error)}`);
+    }
+    const pollingS = (performance.now() - pollStarted) / 1000;
+    const abandoned = await cancelLeftovers(pool);
+    const lagAfter = await scrapeTickLag(serve);
+    if (page !== undefined) {
+      sections.push(`### Page reads, ${o.pollers} pollers for ${pollingS.toFixed(0)} s\n\n${pageTable(page, reads, o, goals)}`);
+      sections.push(`### Polls (a refresh: overview and open view)\n\n${pollTable(page, o, goals)}`);
+    }
+    sections.push(tickLagLines(lagBefore, lagAfter, pollingS, goals));
+    if (abandoned > 0) sections.push(`after the pollers: ${abandoned} statement${abandoned === 1 ? '' : 's'} of the reads they had timed out, still running in serve, cancelled before /metrics was scraped`);
+    sections.push(rssLines(serve, goals));
+    if (serve.exited() !== undefined) sections.push(`**serve exited during the run** (${serve.exited()}):\n${serve.stderr()}`);
+    await serve.stop();
+    const cancelled = await cancelLeftovers(pool);
+    if (!interrupted) {
+      console.log(`CLI reads: ${o.cliRuns} runs each from spawn to exit, each killed after ${o.cliTimeoutMs / 1000} s (serve stopped${cancelled > 0 ? `, ${cancelled} of its statements still running cancelled` : ''})`);
+      const cli = await runCliReads(cliReadsOf(s), o);
+      sections.push(`### CLI reads, ${o.cliRuns} runs each\n\n${cliTable(cli, o, goals)}`);
+    }
+    const eventsAfter = await eventCount(pool);
+    sections.push(eventsAfter === eventsBefore ? `ledger unchanged by the run: ${eventsAfter.toLocaleString()} events` : `**the ledger changed during the run**: ${eventsBefore.toLocaleString()} events before, ${eventsAfter.toLocaleString()} after`);
+  } catch (error) {
+    sections.push(`**the run failed**: ${error instanceof Error ? error.message : String(error)}`);
+  } finally {
+    await serve?.stop();
+    await pool.end();
+  }
+  console.log(`\n${sections.join('\n\n')}\n`);
+  console.log(`### Goals (load average ${loadavg()[0]!.toFixed(2)} at the end)\n\n${table(['goal', '', 'measured'], goals.map((g) => [g.goal, met(g.ok), g.detail]))}`);
+};
+
+await main();
