@@ -2,13 +2,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { READ_JOB_ROWS_SQL } from '../../src/adapters/eventstore/postgres/event-rows.js';
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
 import { jobStreamOf } from '../../src/adapters/postgres/queries/job-stream.js';
+import { createLedger } from '../../src/adapters/ledger.js';
 import { AUDIT_PAGE } from '../../src/commands/audit.js';
 import { explainJob } from '../../src/commands/explain.js';
 import type { EventStore } from '../../src/domain/ports/event-store.js';
+import { silentLogger } from '../../src/domain/ports/logger.js';
 import { budgetOf, ReadBudgetError } from '../../src/commands/read-budget.js';
 import { keyStream } from '../../src/domain/streams.js';
 import { ValidationError } from '../../src/domain/values.js';
 import { SEC, T0, openScriptedLedger, type ScriptedLedger } from '../support/ledger.js';
+import { until } from '../support/until.js';
 
 // Issue 23: reads that cost what they show. Each stream is folded once, in place, a page at a
 // time: folding with a copy of the state per event took ~1.8 ms an event on a key with 3,000
@@ -77,6 +80,33 @@ describe('reads on a key with 3,000 parked jobs and 50,000 events', () => {
     expect(oldest.page).toEqual({ from: 0, to: 4, head, older: null });
     expect(oldest.handoffs.map((h) => h.jobId)).toEqual(['p0']);
   });
+
+  it('regression (issue 23): a heavy read does not delay the sweeper: it ticks between the pages of one read of the whole key', async () => {
+    // A second process's ledger on the same database, sweeping every 20 ms, as serve does beside its reads.
+    const serving = await createLedger({ pool: s.db.pool, migrate: false, sweepIntervalMs: 20, logger: silentLogger });
+    let ticks = 0;
+    serving.onSweeperTickLag(() => ticks++);
+    serving.start();
+    try {
+      await until(async () => ticks, (n) => n > 0, 'the sweeper\'s first ticks');
+      // The budget's clock is asked once a page: what it sees is how many ticks came between them.
+      const seen: number[] = [];
+      const budget = {
+        deadline: Infinity,
+        ms: Infinity,
+        clock: () => {
+          seen.push(ticks);
+          return 0;
+        },
+      };
+      const at = await serving.keyStateAt('big', { at: T0 + SEC }, { budget });
+      expect('state' in at).toBe(true);
+      expect(seen.length).toBeGreaterThan(50); // a page of 1,000 events at a time
+      expect(seen.at(-1)!).toBeGreaterThan(seen[0]!);
+    } finally {
+      await serving.close();
+    }
+  }, 60_000);
 
   it('a read past its budget stops with ReadBudgetError, and changes nothing', async () => {
     const before = await s.eventCount();
