@@ -6,6 +6,7 @@ import type { JobStreamLookup } from '../domain/ports/job-streams.js';
 import { keyStream } from '../domain/streams.js';
 import { Key, NonEmptyString, ValidationError, checkField, refine } from '../domain/values.js';
 import { decodeRecorded } from '../domain/recorded.js';
+import { AUDIT_PAGE, MAX_AUDIT_PAGE } from './audit-page.js';
 import { eachPage, jobEventsOf, limitsOf } from './job-events.js';
 import type { ReadBudget } from './read-budget.js';
 
@@ -15,9 +16,6 @@ import type { ReadBudget } from './read-budget.js';
  */
 export type AuditTarget = { readonly key: string; readonly before?: number; readonly limit?: number } | { readonly jobId: string };
 
-/** Events of a key's audit page when the caller names no limit, and the most a page takes. */
-export const AUDIT_PAGE = 1_000;
-export const MAX_AUDIT_PAGE = 10_000;
 
 /** Where a key's audit page sits in its stream. */
 export interface AuditPage {

@@ -3,7 +3,7 @@ import { READ_JOB_ROWS_SQL } from '../../src/adapters/eventstore/postgres/event-
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
 import { jobStreamOf } from '../../src/adapters/postgres/queries/job-stream.js';
 import { createLedger } from '../../src/adapters/ledger.js';
-import { AUDIT_PAGE } from '../../src/commands/audit.js';
+import { AUDIT_PAGE } from '../../src/commands/audit-page.js';
 import { explainJob } from '../../src/commands/explain.js';
 import type { EventStore } from '../../src/domain/ports/event-store.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';

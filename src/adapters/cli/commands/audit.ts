@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import ms from 'ms';
-import { AUDIT_PAGE, MAX_AUDIT_PAGE, type Audit, type AuditPage } from '../../../commands/audit.js';
+import type { Audit, AuditPage } from '../../../commands/audit.js';
+import { AUDIT_PAGE, MAX_AUDIT_PAGE } from '../../../commands/audit-page.js';
 import { jobName, type Handoff } from '../../../domain/audit.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { UsageError, asUsage } from '../errors.js';
