@@ -15,6 +15,14 @@ import type { Migration } from './migration.js';
 //   cost the planner preferred evaluating it on each row of a stream to the index.
 // - On appends_archive too: archived jobs keep their history readable, and a week archive
 //   detaches from appends keeps its index when attached there (ATTACH matches it by definition).
+//
+// And one statistic: jl_limit_jobs.stream is read one stream at a time (jl_key_stats' counts of a
+// key's guests, for every key the page lists and every stream the sweeper looks at), with the
+// stream a parameter, so the planner's estimate is rows / n_distinct. A queue cap puts every job of
+// its queue on one stream: n_distinct 1, "every row matches", a sequential scan of the table for
+// each key (measured at 10,003 keys and a cap of 20,000 jobs: jl_key_stats 19.8 s, the sweeper's
+// candidates 16 s a tick). Declaring the column as distinct as half its rows (applied at its next
+// ANALYZE) keeps those reads on the primary key: 0.1 s and 0.03 s.
 export const jobIndex: Migration = {
   version: 18,
   name: 'job-index',
@@ -29,5 +37,8 @@ COMMENT ON INDEX appends_job_ids IS
   'A job''s rows on key streams by its id (jl_job_ids(data) @> ARRAY[id]): its history, audit and explanation read those rows instead of its streams whole. Not on job streams, which are their job''s alone.';
 CREATE INDEX appends_archive_job_ids ON appends_archive USING gin (jl_job_ids(data)) WHERE NOT starts_with(stream, 'job:');
 COMMENT ON INDEX appends_archive_job_ids IS 'As appends_job_ids, for the archived rows.';
+
+ALTER TABLE jl_limit_jobs ALTER COLUMN stream SET (n_distinct = -0.5);
+ANALYZE jl_limit_jobs;
 `,
 };
