@@ -213,10 +213,10 @@ const readAlone = async (serve: Serve, reads: readonly Read[], o: Options): Prom
  * stopped, those its backends still run (a backend notices a gone client only when it answers),
  * which would share the machine with the CLI's runs. Only this bench connects to its database.
  */
-const cancelLeftovers = async (pool: pg.Pool, forMs = 120_000): Promise<number> => {
+const cancelLeftovers = async (pool: pg.Pool): Promise<number> => {
   let cancelled = 0;
   let quietSince = performance.now();
-  for (const deadline = performance.now() + forMs; performance.now() < deadline && performance.now() - quietSince < 1_000; ) {
+  for (const deadline = performance.now() + 120_000; performance.now() < deadline && performance.now() - quietSince < 1_000; ) {
     const { rowCount } = await pool.query(
       `SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active' AND backend_type = 'client backend'`,
     );
@@ -234,17 +234,22 @@ interface TickLag {
   readonly maxS: number;
 }
 
+/** The sweeper's figures from serve's /metrics: five tries of a minute, since serve may still be folding streams for reads nobody waits for. */
 const scrapeTickLag = async (serve: Serve): Promise<TickLag | string> => {
-  try {
-    const response = await fetch(`${serve.url}/metrics`, { signal: AbortSignal.timeout(60_000) });
-    const text = await response.text();
-    const lag = 'jobledger_sweeper_tick_lag_seconds';
-    const [ticks, sumS, withinGoal, maxS] = [series(text, `${lag}_count`), series(text, `${lag}_sum`), series(text, `${lag}_bucket`, { le: String(GOALS.tickLagS) }), series(text, 'jobledger_sweeper_tick_lag_max_seconds')];
-    if (ticks === undefined || sumS === undefined || withinGoal === undefined || maxS === undefined) return `no ${lag} in /metrics (status ${response.status})`;
-    return { ticks, sumS, withinGoal, maxS };
-  } catch (error) {
-    return `/metrics: ${String(error)}`;
+  const lag = 'jobledger_sweeper_tick_lag_seconds';
+  let failure = '';
+  for (let tries = 0; tries < 5; tries++) {
+    try {
+      const response = await fetch(`${serve.url}/metrics`, { signal: AbortSignal.timeout(60_000) });
+      const text = await response.text();
+      const [ticks, sumS, withinGoal, maxS] = [series(text, `${lag}_count`), series(text, `${lag}_sum`), series(text, `${lag}_bucket`, { le: String(GOALS.tickLagS) }), series(text, 'jobledger_sweeper_tick_lag_max_seconds')];
+      if (ticks === undefined || sumS === undefined || withinGoal === undefined || maxS === undefined) return `no ${lag} in /metrics (status ${response.status})`;
+      return { ticks, sumS, withinGoal, maxS };
+    } catch (error) {
+      failure = `/metrics, ${tries + 1} tries: ${String(error)}`;
+    }
   }
+  return failure;
 };
 
 interface CliRead {
@@ -444,9 +449,7 @@ const main = async (): Promise<void> => {
     const pollingS = (performance.now() - pollStarted) / 1000;
     serve.phase = 'after the pollers';
     const abandoned = await cancelLeftovers(pool);
-    // Serve may still be folding streams for reads nobody waits for: /metrics answers once it has.
-    let lagAfter = await scrapeTickLag(serve);
-    for (let tries = 1; typeof lagAfter === 'string' && tries < 5; tries++) lagAfter = await scrapeTickLag(serve);
+    const lagAfter = await scrapeTickLag(serve);
     if (page !== undefined) {
       sections.push(`### Page reads, ${o.pollers} pollers for ${pollingS.toFixed(0)} s\n\n${pageTable(page, reads, o, goals)}`);
       sections.push(`### Polls (a refresh: overview and open view)\n\n${pollTable(page, o, goals)}`);
