@@ -10,7 +10,8 @@
 //
 // The ledger (bench/reads-ledger.ts) is built through the library in the database
 // jobledger_bench_reads (jobledger_bench_reads_quick), on DATABASE_URL's server or the machine's,
-// and kept: a later run that finds it built measures it again (a few minutes saved). Then:
+// and kept: a later run that finds it built measures it again (a few minutes saved). One run at a
+// time holds it (an advisory lock on the server): a second is refused. Then:
 //
 // 1. `jobledger serve` in a child process, and each of the page's reads on it alone, --solo-runs
 //    times in a row (timed out after --solo-timeout-s): what a read costs by itself.
@@ -32,7 +33,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { ensureLedger, eventCount, SCALES, type Built, type Scale } from './reads-ledger.js';
+import { ensureLedger, eventCount, lockLedger, SCALES, type Built, type Scale } from './reads-ledger.js';
 import { figuresOf, series, startServe, timedCli, timedGet, type Figures, type Sample, type Serve } from './reads-probes.js';
 import { quantile, serverUrl } from './scratch-database.js';
 
@@ -189,19 +190,41 @@ const pollLikeThePage = async (serve: Serve, views: readonly View[], o: Options)
 /** A read or command line this slow is not run again: one run says enough, and more would take the run's time. */
 const SLOW_MS = 10_000;
 
-/** Each read alone on the server, `soloRuns` times in a row: what it costs without the pollers. */
-const readAlone = async (serve: Serve, reads: readonly Read[], o: Options): Promise<Map<string, Sample[]>> => {
-  const out = new Map<string, Sample[]>();
+/** How long until serve answers a small read (GET /api/queues) within 500 ms again, at most 10 minutes: its pool and event loop are free. */
+const untilServeAnswers = async (serve: Serve): Promise<number> => {
+  const started = performance.now();
+  while (performance.now() - started < 600_000) {
+    const probe = await timedGet(`${serve.url}/api/queues`, 1_000);
+    if (probe.outcome === 'ok' && probe.ms < 500) break;
+    await sleep(500);
+  }
+  return performance.now() - started;
+};
+
+interface Alone {
+  readonly samples: Sample[];
+  /** After the read timed out: how much longer serve was slow to answer (ms), before the next read went. */
+  busyAfterMs?: number;
+}
+
+/**
+ * Each read alone on the server, `soloRuns` times in a row: what it costs without the pollers.
+ * A read that timed out is waited out (serve goes on with it), so that the next one is alone too.
+ */
+const readAlone = async (serve: Serve, reads: readonly Read[], o: Options): Promise<Map<string, Alone>> => {
+  const out = new Map<string, Alone>();
   for (const read of reads) {
-    const samples: Sample[] = [];
-    out.set(read.label, samples);
+    const alone: Alone = { samples: [] };
+    out.set(read.label, alone);
     for (let i = 0; i < o.soloRuns && !interrupted; i++) {
       const sample = await timedGet(serve.url + read.path, o.soloTimeoutMs);
-      samples.push(sample);
+      alone.samples.push(sample);
+      if (sample.outcome === 'timeout') alone.busyAfterMs = await untilServeAnswers(serve);
       if (sample.ms > SLOW_MS) break;
     }
-    const f = figuresOf(samples);
-    process.stderr.write(`  ${read.label}: p50 ${ms(f.p50, o.soloTimeoutMs)} ms, ${size(f.maxBytes)}${f.timeouts > 0 ? ', timed out' : ''}${f.errors > 0 ? `, ${f.firstError}` : ''}\n`);
+    const f = figuresOf(alone.samples);
+    const busy = alone.busyAfterMs === undefined ? '' : `, timed out (serve slow to answer for ${(alone.busyAfterMs / 1000).toFixed(1)} s more)`;
+    process.stderr.write(`  ${read.label}: p50 ${ms(f.p50, o.soloTimeoutMs)} ms, ${size(f.maxBytes)}${busy}${f.errors > 0 ? `, ${f.firstError}` : ''}\n`);
   }
   return out;
 };
@@ -326,12 +349,12 @@ const pageTable = (page: PageSamples, reads: readonly Read[], o: Options, goals:
   ].join('\n');
 };
 
-const soloTable = (solo: Map<string, Sample[]>, o: Options): string =>
+const soloTable = (solo: Map<string, Alone>, o: Options): string =>
   table(
-    ['read', 'runs', 'p50 ms', 'max ms', 'size'],
-    [...solo].map(([label, samples]) => {
+    ['read', 'runs', 'p50 ms', 'max ms', 'size', 'after a timeout, serve slow to answer for'],
+    [...solo].map(([label, { samples, busyAfterMs }]) => {
       const f = figuresOf(samples);
-      return [label, outcomes(f), ms(f.p50, o.soloTimeoutMs), ms(f.max, o.soloTimeoutMs), size(f.maxBytes)];
+      return [label, outcomes(f), ms(f.p50, o.soloTimeoutMs), ms(f.max, o.soloTimeoutMs), size(f.maxBytes), busyAfterMs === undefined ? '–' : `${(busyAfterMs / 1000).toFixed(1)} s more`];
     }),
   );
 
@@ -402,10 +425,7 @@ const rssLines = (serve: Serve, goals: Goal[]): string => {
 
 // ---- the run ----------------------------------------------------------------------------------
 
-const main = async (): Promise<void> => {
-  const o = options();
-  console.log(`bench:reads (${o.scale.name}): ${o.scale.events.toLocaleString()} events in ${o.databaseUrl.replace(/\/\/[^@]*@/, '//')}; ${cpus().length} cores, load average ${loadavg()[0]!.toFixed(2)} at start (the machine may be shared)`);
-  const built = await ensureLedger(o.databaseUrl, o.scale, { rebuild: o.rebuild });
+const run = async (o: Options, built: Built): Promise<void> => {
   const buildS = (built.buildMs / 1000).toFixed(0);
   console.log(
     built.reused
@@ -477,4 +497,18 @@ const main = async (): Promise<void> => {
   console.log(`### Goals (load average ${loadavg()[0]!.toFixed(2)} at the end)\n\n${table(['goal', '', 'measured'], goals.map((g) => [g.goal, met(g.ok), g.detail]))}`);
 };
 
-await main();
+const main = async (): Promise<void> => {
+  const o = options();
+  console.log(`bench:reads (${o.scale.name}): ${o.scale.events.toLocaleString()} events in ${o.databaseUrl.replace(/\/\/[^@]*@/, '//')}; ${cpus().length} cores, load average ${loadavg()[0]!.toFixed(2)} at start (the machine may be shared)`);
+  const lock = await lockLedger(o.databaseUrl);
+  try {
+    await run(o, await ensureLedger(o.databaseUrl, o.scale, { rebuild: o.rebuild }));
+  } finally {
+    await lock.release();
+  }
+};
+
+await main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
+  process.exitCode = 1;
+});
