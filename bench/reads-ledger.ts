@@ -112,13 +112,34 @@ const readMarker = async (url: string, scale: Scale): Promise<Omit<Built, 'reuse
     return { subjects: m.subjects, events: Number(m.events), buildMs: Number(m.build_ms), builtAt: m.built_at };
   });
 
-/** The database of `url` on its server, dropped first when `fresh`: only one of this bench's (its name says so). */
-const createDatabase = async (url: string, fresh: boolean): Promise<void> => {
-  const target = new URL(url);
-  const name = decodeURIComponent(target.pathname.slice(1));
+const databaseOf = (url: string): string => decodeURIComponent(new URL(url).pathname.slice(1));
+
+/** The server's `postgres` database, from which databases are made and dropped. */
+const adminUrl = (url: string): string => {
   const admin = new URL(url);
   admin.pathname = '/postgres';
-  await withClient(admin.toString(), async (client) => {
+  return admin.toString();
+};
+
+/**
+ * Holds the ledger's database for this run (a session advisory lock on the server, named after
+ * it) until `release`: a second run would measure beside this one, or drop its database (--rebuild).
+ */
+export const lockLedger = async (url: string): Promise<{ release(): Promise<void> }> => {
+  const client = new pg.Client({ connectionString: adminUrl(url) });
+  await client.connect();
+  const { rows } = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS ok', [`jobledger:bench:reads:${databaseOf(url)}`]);
+  if (!rows[0]!.ok) {
+    await client.end();
+    throw new Error(`another bench:reads run is using the database ${databaseOf(url)}; run this one once it is done, or give --database-url another`);
+  }
+  return { release: () => client.end() };
+};
+
+/** The database of `url` on its server, dropped first when `fresh`: only one of this bench's (its name says so). */
+const createDatabase = async (url: string, fresh: boolean): Promise<void> => {
+  const name = databaseOf(url);
+  await withClient(adminUrl(url), async (client) => {
     const exists = (await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [name])).rowCount === 1;
     if (exists && !fresh) return;
     if (exists) {

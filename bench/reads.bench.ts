@@ -10,7 +10,8 @@
 //
 // The ledger (bench/reads-ledger.ts) is built through the library in the database
 // jobledger_bench_reads (jobledger_bench_reads_quick), on DATABASE_URL's server or the machine's,
-// and kept: a later run that finds it built measures it again (a few minutes saved). Then:
+// and kept: a later run that finds it built measures it again (a few minutes saved). One run at a
+// time holds it (an advisory lock on the server): a second is refused. Then:
 //
 // 1. `jobledger serve` in a child process, and each of the page's reads on it alone, --solo-runs
 //    times in a row (timed out after --solo-timeout-s): what a read costs by itself.
@@ -32,7 +33,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { ensureLedger, eventCount, SCALES, type Built, type Scale } from './reads-ledger.js';
+import { ensureLedger, eventCount, lockLedger, SCALES, type Built, type Scale } from './reads-ledger.js';
 import { figuresOf, series, startServe, timedCli, timedGet, type Figures, type Sample, type Serve } from './reads-probes.js';
 import { quantile, serverUrl } from './scratch-database.js';
 
@@ -189,19 +190,41 @@ const pollLikeThePage = async (serve: Serve, views: readonly View[], o: Options)
 /** A read or command line this slow is not run again: one run says enough, and more would take the run's time. */
 const SLOW_MS = 10_000;
 
-/** Each read alone on the server, `soloRuns` times in a row: what it costs without the pollers. */
-const readAlone = async (serve: Serve, reads: readonly Read[], o: Options): Promise<Map<string, Sample[]>> => {
-  const out = new Map<string, Sample[]>();
+/** How long until serve answers a small read (GET /api/queues) within 500 ms again, at most 10 minutes: its pool and event loop are free. */
+const untilServeAnswers = async (serve: Serve): Promise<number> => {
+  const started = performance.now();
+  while (performance.now() - started < 600_000) {
+    const probe = await timedGet(`${serve.url}/api/queues`, 1_000);
+    if (probe.outcome === 'ok' && probe.ms < 500) break;
+    await sleep(500);
+  }
+  return performance.now() - started;
+};
+
+interface Alone {
+  readonly samples: Sample[];
+  /** After the read timed out: how much longer serve was slow to answer (ms), before the next read went. */
+  busyAfterMs?: number;
+}
+
+/**
+ * Each read alone on the server, `soloRuns` times in a row: what it costs without the pollers.
+ * A read that timed out is waited out (serve goes on with it), so that the next one is alone too.
+ */
+const readAlone = async (serve: Serve, reads: readonly Read[], o: Options): Promise<Map<string, Alone>> => {
+  const out = new Map<string, Alone>();
   for (const read of reads) {
-    const samples: Sample[] = [];
-    out.set(read.label, samples);
+    const alone: Alone = { samples: [] };
+    out.set(read.label, alone);
     for (let i = 0; i < o.soloRuns && !interrupted; i++) {
       const sample = await timedGet(serve.url + read.path, o.soloTimeoutMs);
-      samples.push(sample);
+      alone.samples.push(sample);
+      if (sample.outcome === 'timeout') alone.busyAfterMs = await untilServeAnswers(serve);
       if (sample.ms > SLOW_MS) break;
     }
-    const f = figuresOf(samples);
-    process.stderr.write(`  ${read.label}: p50 ${ms(f.p50, o.soloTimeoutMs)} ms, ${size(f.maxBytes)}${f.timeouts > 0 ? ', timed out' : ''}${f.errors > 0 ? `, ${f.firstError}` : ''}\n`);
+    const f = figuresOf(alone.samples);
+    const busy = alone.busyAfterMs === undefined ? '' : `, timed out (serve slow to answer for ${(alone.busyAfterMs / 1000).toFixed(1)} s more)`;
+    process.stderr.write(`  ${read.label}: p50 ${ms(f.p50, o.soloTimeoutMs)} ms, ${size(f.maxBytes)}${busy}${f.errors > 0 ? `, ${f.firstError}` : ''}\n`);
   }
   return out;
 };
@@ -213,10 +236,10 @@ const readAlone = async (serve: Serve, reads: readonly Read[], o: Options): Prom
  * stopped, those its backends still run (a backend notices a gone client only when it answers),
  * which would share the machine with the CLI's runs. Only this bench connects to its database.
  */
-const cancelLeftovers = async (pool: pg.Pool, forMs = 120_000): Promise<number> => {
+const cancelLeftovers = async (pool: pg.Pool): Promise<number> => {
   let cancelled = 0;
   let quietSince = performance.now();
-  for (const deadline = performance.now() + forMs; performance.now() < deadline && performance.now() - quietSince < 1_000; ) {
+  for (const deadline = performance.now() + 120_000; performance.now() < deadline && performance.now() - quietSince < 1_000; ) {
     const { rowCount } = await pool.query(
       `SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active' AND backend_type = 'client backend'`,
     );
@@ -234,17 +257,22 @@ interface TickLag {
   readonly maxS: number;
 }
 
+/** The sweeper's figures from serve's /metrics: five tries of a minute, since serve may still be folding streams for reads nobody waits for. */
 const scrapeTickLag = async (serve: Serve): Promise<TickLag | string> => {
-  try {
-    const response = await fetch(`${serve.url}/metrics`, { signal: AbortSignal.timeout(60_000) });
-    const text = await response.text();
-    const lag = 'jobledger_sweeper_tick_lag_seconds';
-    const [ticks, sumS, withinGoal, maxS] = [series(text, `${lag}_count`), series(text, `${lag}_sum`), series(text, `${lag}_bucket`, { le: String(GOALS.tickLagS) }), series(text, 'jobledger_sweeper_tick_lag_max_seconds')];
-    if (ticks === undefined || sumS === undefined || withinGoal === undefined || maxS === undefined) return `no ${lag} in /metrics (status ${response.status})`;
-    return { ticks, sumS, withinGoal, maxS };
-  } catch (error) {
-    return `/metrics: ${String(error)}`;
+  const lag = 'jobledger_sweeper_tick_lag_seconds';
+  let failure = '';
+  for (let tries = 0; tries < 5; tries++) {
+    try {
+      const response = await fetch(`${serve.url}/metrics`, { signal: AbortSignal.timeout(60_000) });
+      const text = await response.text();
+      const [ticks, sumS, withinGoal, maxS] = [series(text, `${lag}_count`), series(text, `${lag}_sum`), series(text, `${lag}_bucket`, { le: String(GOALS.tickLagS) }), series(text, 'jobledger_sweeper_tick_lag_max_seconds')];
+      if (ticks === undefined || sumS === undefined || withinGoal === undefined || maxS === undefined) return `no ${lag} in /metrics (status ${response.status})`;
+      return { ticks, sumS, withinGoal, maxS };
+    } catch (error) {
+      failure = `/metrics, ${tries + 1} tries: ${String(error)}`;
+    }
   }
+  return failure;
 };
 
 interface CliRead {
@@ -321,12 +349,12 @@ const pageTable = (page: PageSamples, reads: readonly Read[], o: Options, goals:
   ].join('\n');
 };
 
-const soloTable = (solo: Map<string, Sample[]>, o: Options): string =>
+const soloTable = (solo: Map<string, Alone>, o: Options): string =>
   table(
-    ['read', 'runs', 'p50 ms', 'max ms', 'size'],
-    [...solo].map(([label, samples]) => {
+    ['read', 'runs', 'p50 ms', 'max ms', 'size', 'after a timeout, serve slow to answer for'],
+    [...solo].map(([label, { samples, busyAfterMs }]) => {
       const f = figuresOf(samples);
-      return [label, outcomes(f), ms(f.p50, o.soloTimeoutMs), ms(f.max, o.soloTimeoutMs), size(f.maxBytes)];
+      return [label, outcomes(f), ms(f.p50, o.soloTimeoutMs), ms(f.max, o.soloTimeoutMs), size(f.maxBytes), busyAfterMs === undefined ? '–' : `${(busyAfterMs / 1000).toFixed(1)} s more`];
     }),
   );
 
@@ -369,7 +397,7 @@ const tickLagLines = (before: TickLag | string, after: TickLag | string, polling
   const late = ticks - (after.withinGoal - before.withinGoal);
   goals.push({ goal: `sweeper tick never late by more than ${GOALS.tickLagS} s`, ok: after.maxS <= GOALS.tickLagS, detail: `latest ${after.maxS.toFixed(3)} s` });
   return (
-    `sweeper (serve's, every 1 s), while the pollers ran (${pollingS.toFixed(0)} s): ${ticks} ticks (about ${pollingS.toFixed(0)} if each took no time: fewer, the ticks themselves were slow), ${late} of them started more than ${GOALS.tickLagS} s late, ` +
+    `sweeper (serve's, every 1 s), while the pollers ran (${pollingS.toFixed(0)} s) and until /metrics answered after them: ${ticks} ticks (about ${pollingS.toFixed(0)} if each took no time: fewer, the ticks themselves were slow, which the lag does not count), ${late} of them started more than ${GOALS.tickLagS} s late, ` +
     `mean lag ${ticks === 0 ? '–' : `${(((after.sumS - before.sumS) / ticks) * 1000).toFixed(1)} ms`}; the latest tick since serve started: ${after.maxS.toFixed(3)} s late`
   );
 };
@@ -397,10 +425,7 @@ const rssLines = (serve: Serve, goals: Goal[]): string => {
 
 // ---- the run ----------------------------------------------------------------------------------
 
-const main = async (): Promise<void> => {
-  const o = options();
-  console.log(`bench:reads (${o.scale.name}): ${o.scale.events.toLocaleString()} events in ${o.databaseUrl.replace(/\/\/[^@]*@/, '//')}; ${cpus().length} cores, load average ${loadavg()[0]!.toFixed(2)} at start (the machine may be shared)`);
-  const built = await ensureLedger(o.databaseUrl, o.scale, { rebuild: o.rebuild });
+const run = async (o: Options, built: Built): Promise<void> => {
   const buildS = (built.buildMs / 1000).toFixed(0);
   console.log(
     built.reused
@@ -442,6 +467,7 @@ const main = async (): Promise<void> => {
       sections.push(`page reads: failed: ${String(error)}`);
     }
     const pollingS = (performance.now() - pollStarted) / 1000;
+    serve.phase = 'after the pollers';
     const abandoned = await cancelLeftovers(pool);
     const lagAfter = await scrapeTickLag(serve);
     if (page !== undefined) {
@@ -449,7 +475,7 @@ const main = async (): Promise<void> => {
       sections.push(`### Polls (a refresh: overview and open view)\n\n${pollTable(page, o, goals)}`);
     }
     sections.push(tickLagLines(lagBefore, lagAfter, pollingS, goals));
-    if (abandoned > 0) sections.push(`after the pollers: ${abandoned} statement${abandoned === 1 ? '' : 's'} of the reads they had timed out, still running in serve, cancelled before /metrics was scraped`);
+    if (abandoned > 0) sections.push(`after the pollers: ${abandoned} statement${abandoned === 1 ? '' : 's'} still running in serve (of reads they had timed out, or the sweeper's) cancelled before /metrics was scraped`);
     sections.push(rssLines(serve, goals));
     if (serve.exited() !== undefined) sections.push(`**serve exited during the run** (${serve.exited()}):\n${serve.stderr()}`);
     await serve.stop();
@@ -471,4 +497,18 @@ const main = async (): Promise<void> => {
   console.log(`### Goals (load average ${loadavg()[0]!.toFixed(2)} at the end)\n\n${table(['goal', '', 'measured'], goals.map((g) => [g.goal, met(g.ok), g.detail]))}`);
 };
 
-await main();
+const main = async (): Promise<void> => {
+  const o = options();
+  console.log(`bench:reads (${o.scale.name}): ${o.scale.events.toLocaleString()} events in ${o.databaseUrl.replace(/\/\/[^@]*@/, '//')}; ${cpus().length} cores, load average ${loadavg()[0]!.toFixed(2)} at start (the machine may be shared)`);
+  const lock = await lockLedger(o.databaseUrl);
+  try {
+    await run(o, await ensureLedger(o.databaseUrl, o.scale, { rebuild: o.rebuild }));
+  } finally {
+    await lock.release();
+  }
+};
+
+await main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
+  process.exitCode = 1;
+});
