@@ -16,7 +16,8 @@ export async function withClient<T>(pool: pg.Pool, fn: (client: pg.PoolClient, d
   try {
     return await fn(client, discard);
   } finally {
-    client.off('error', discard);
+    // A broken client is ended by the pool, which no longer listens to it: its late errors stay heard.
+    if (!broken) client.off('error', discard);
     client.release(broken);
   }
 }

@@ -73,7 +73,9 @@ export class PgWriteTransaction implements WriteTransaction {
   };
 
   private release(): void {
-    this.client.off('error', this.lost);
+    // A client given back broken is ended by the pool, which no longer listens to it: a late
+    // error of its dying connection (the FATAL of a terminated backend) MUST still be heard.
+    if (!this.broken) this.client.off('error', this.lost);
     this.client.release(this.broken);
   }
 
