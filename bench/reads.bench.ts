@@ -54,13 +54,13 @@ interface View {
 
 const query = (params: Record<string, string>) => new URLSearchParams(params).toString();
 
-/** What each refresh of the page reads (app.js refresh, dead-jobs.js readDeadJobs with no filter). */
+/** What each refresh of the page reads (app.js refresh, dead-jobs.js readDeadJobs with no filter: SHOWN of each status). */
 const OVERVIEW: readonly Read[] = [
   { label: 'GET /api/keys', path: '/api/keys' },
   { label: 'GET /api/workers', path: '/api/workers' },
   { label: 'GET /api/queues', path: '/api/queues' },
-  { label: 'GET /api/jobs?status=dead', path: `/api/jobs?${query({ limit: '100', status: 'dead' })}` },
-  { label: 'GET /api/jobs?status=failed', path: `/api/jobs?${query({ limit: '100', status: 'failed' })}` },
+  { label: 'GET /api/jobs?status=dead', path: `/api/jobs?${query({ limit: '25', status: 'dead' })}` },
+  { label: 'GET /api/jobs?status=failed', path: `/api/jobs?${query({ limit: '25', status: 'failed' })}` },
 ];
 
 /** The views a poller keeps open; the job view reads a job's history and explanation at once (job-view.js readJob). */

@@ -98,9 +98,13 @@ export class LedgerReader {
     return keyPage(this.pool, query, now);
   }
 
-  /** One key's holders, parked jobs (promotion order) and scheduled jobs; null for an unknown key (read models). Judged at `now` (default: now). */
-  keyDetail(key: string, now: number = this.clock()): Promise<KeyDetail | null> {
-    return keyDetail(this.pool, key, now);
+  /**
+   * One key's holders, parked jobs (promotion order) and scheduled jobs, the first `listed` of each
+   * (default DEFAULT_DETAIL_LIST) with their counts; null for an unknown key (read models). Judged
+   * at `now` (default: now).
+   */
+  keyDetail(key: string, now: number = this.clock(), listed?: number): Promise<KeyDetail | null> {
+    return keyDetail(this.pool, key, now, listed);
   }
 
   /** What the polled reads depend on, at `now` (see LedgerVersion): a few index entries and small tables, not the reads. */

@@ -69,6 +69,15 @@ describe('reads', () => {
     await s.refused(() => s.get('/api/keys/detail', { key: '' }), 400, 'key');
     await s.refused(() => s.get('/api/keys/detail', { key: 'roomy', kye: 'x' }), 400, 'kye');
     await s.refused(() => s.get('/api/keys/detail', { key: 'no such key' }), 404);
+    for (const limit of ['0', '1001', 'ten']) await s.refused(() => s.get('/api/keys/detail', { key: 'roomy', limit }), 400, 'limit');
+  });
+
+  it('GET /api/keys/detail?limit=N lists the first N of each list and counts them all', async () => {
+    const whole = (await s.get('/api/keys/detail', { key: AWKWARD_KEYS[0]! })).body;
+    expect(whole).toMatchObject({ listed: 100, counts: { holders: 1, ownHolders: 1, parked: 1, ownParked: 1, scheduled: 0 } });
+    const { status, body } = await s.get('/api/keys/detail', { key: AWKWARD_KEYS[0]!, limit: '1' });
+    expect(status).toBe(200);
+    expect(body).toMatchObject({ listed: 1, counts: whole.counts, holders: whole.holders, parked: whole.parked });
   });
 });
 

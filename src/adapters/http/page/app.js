@@ -63,6 +63,8 @@ const state = {
   view: null,
   /** The view's data once read: { view, data } (data null: the server does not know it). */
   loaded: null,
+  /** How many jobs of each list the key view asks for (null: the server's default, 100); back to null with another view. */
+  listed: null,
   /** When the server last answered every read of a refresh (browser clock), and what went wrong since. */
   updatedAt: null,
   failure: null,
@@ -247,23 +249,29 @@ const releaseHolder = (key, holder) =>
     (r) => t('done.released', { count: r.released.length, key: homeOf(holder, key) }),
   );
 
-const releaseAll = (key, holders) => {
-  const own = ownJobs(holders);
-  const guests = holders.length - own.length;
+// The detail lists the first jobs of each list (`listed`) and counts them all: what an action on
+// all of them does is said from the counts; what only the listed ones show (started or not) is
+// said when the list is whole.
+const releaseAll = (detail) => {
+  const { key, counts } = detail;
+  const own = ownJobs(detail.holders);
+  const whole = own.length === counts.ownHolders;
+  const guests = counts.holders - counts.ownHolders;
   const started = own.filter((h) => h.workerId !== null).length;
   const live = own.filter((h) => h.state === 'running').length;
   return act(
     {
-      title: t('releaseAll.title', { count: own.length, key }),
+      title: t('releaseAll.title', { count: counts.ownHolders, key }),
       paragraphs: [
-        t('releaseAll.text', { count: own.length }),
-        started > 0 ? t('releaseAll.started', { count: started }) : null,
-        own.length > started ? t('releaseAll.unstarted', { count: own.length - started }) : null,
+        t('releaseAll.text', { count: counts.ownHolders }),
+        whole && started > 0 ? t('releaseAll.started', { count: started }) : null,
+        whole && own.length > started ? t('releaseAll.unstarted', { count: own.length - started }) : null,
         guests > 0 ? t('releaseAll.guests', { count: guests }) : null,
       ],
       jobIds: own.map((h) => h.jobId),
+      count: counts.ownHolders,
       warning: live > 0 ? t('releaseAll.live', { count: live }) : null,
-      confirm: t('releaseAll.confirm', { count: own.length }),
+      confirm: t('releaseAll.confirm', { count: counts.ownHolders }),
       danger: true,
     },
     () => postJson('/api/keys/release', { key }),
@@ -283,15 +291,16 @@ const discardOne = (key, job) =>
     (r) => t('done.discarded', { count: r.discarded.length, key: homeOf(job, key) }),
   );
 
-const discardAll = (key, parked) => {
-  const own = ownJobs(parked);
-  const guests = parked.length - own.length;
+const discardAll = (detail) => {
+  const { key, counts } = detail;
+  const guests = counts.parked - counts.ownParked;
   return act(
     {
-      title: t('discardAll.title', { count: own.length, key }),
-      paragraphs: [t('discardAll.text', { count: own.length }), guests > 0 ? t('discardAll.guests', { count: guests }) : null],
-      jobIds: own.map((p) => p.jobId),
-      confirm: t('discardAll.confirm', { count: own.length }),
+      title: t('discardAll.title', { count: counts.ownParked, key }),
+      paragraphs: [t('discardAll.text', { count: counts.ownParked }), guests > 0 ? t('discardAll.guests', { count: guests }) : null],
+      jobIds: ownJobs(detail.parked).map((p) => p.jobId),
+      count: counts.ownParked,
+      confirm: t('discardAll.confirm', { count: counts.ownParked }),
       danger: true,
     },
     () => postJson('/api/keys/discard', { key }),
@@ -303,7 +312,7 @@ const changeLimit = (detail, limit) => {
   const { key } = detail;
   const current = detail.limit;
   // A raise promotes the key's own parked jobs into the new free slots (further limits may hold some back).
-  const promotable = Math.min(Math.max(0, limit - detail.holders.length), ownJobs(detail.parked).length);
+  const promotable = Math.min(Math.max(0, limit - detail.counts.holders), detail.counts.ownParked);
   const consequence = limit < current ? t('limitChange.lower', { limit }) : promotable > 0 ? t('limitChange.raise', { count: promotable }) : t('limitChange.raiseNone');
   return act(
     { title: t('limitChange.title', { key, from: current, to: limit }), paragraphs: [consequence], confirm: t('limit.submit') },
@@ -318,7 +327,7 @@ const togglePause = (detail) => {
   return act(
     pausing
       ? { title: t('pause.title', { key }), paragraphs: [t('pause.text')], confirm: t('pause.button') }
-      : { title: t('resume.title', { key }), paragraphs: [t('resume.text', { count: detail.parked.length })], confirm: t('resume.button') },
+      : { title: t('resume.title', { key }), paragraphs: [t('resume.text', { count: detail.counts.parked })], confirm: t('resume.button') },
     () => postJson(pausing ? '/api/keys/pause' : '/api/keys/resume', { key }),
     (r) => (pausing ? t('done.paused', { key }) : r.promoted.length ? t('done.resumedPromoted', { key, count: r.promoted.length }) : t('done.resumed', { key })),
   );
@@ -381,7 +390,23 @@ const renderHolders = (detail) => {
   $('holders-empty').hidden = detail.holders.length > 0;
   $('holders-table').hidden = detail.holders.length === 0;
   // Release all frees the key's own holders: a guest is released at its own key.
-  $('release-all').hidden = ownJobs(detail.holders).length < 2;
+  $('release-all').hidden = detail.counts.ownHolders < 2;
+  renderMore('holders', detail.holders.length, detail.counts.holders);
+};
+
+/** The most jobs of a list the server gives (MAX_DETAIL_LIST, key-detail.ts); its default is 100. */
+const MAX_LISTED = 1000;
+
+/** Under a list cut short: how many of how many it shows, and a button for ten times as many (up to MAX_LISTED). */
+const renderMore = (list, shown, count) => {
+  $(`${list}-more`).hidden = shown >= count;
+  setText(`${list}-more-text`, t('list.more', { shown, count }));
+  $(`${list}-more-button`).hidden = shown >= MAX_LISTED;
+};
+
+const showMore = () => {
+  state.listed = Math.min(MAX_LISTED, (state.listed ?? 100) * 10);
+  void refresh();
 };
 
 const renderParked = (detail) => {
@@ -401,7 +426,8 @@ const renderParked = (detail) => {
   $('parked-empty').hidden = detail.parked.length > 0;
   $('parked-table').hidden = detail.parked.length === 0;
   // As Release all: the key's own parked jobs.
-  $('discard-all').hidden = ownJobs(detail.parked).length < 2;
+  $('discard-all').hidden = detail.counts.ownParked < 2;
+  renderMore('parked', detail.parked.length, detail.counts.parked);
 };
 
 const renderScheduled = (detail) => {
@@ -418,6 +444,7 @@ const renderScheduled = (detail) => {
   );
   $('scheduled-empty').hidden = detail.scheduled.length > 0;
   $('scheduled-table').hidden = detail.scheduled.length === 0;
+  renderMore('scheduled', detail.scheduled.length, detail.counts.scheduled);
 };
 
 const whyOf = (h) => {
@@ -474,7 +501,7 @@ const renderDetail = (detail) => {
   setText('pause-toggle', paused === null ? t('pause.button') : t('resume.button'));
   setText(
     'key-summary',
-    t('key.summary', { held: detail.holders.length, limit: detail.limit, parked: detail.parked.length, scheduled: detail.scheduled.length, lease: tr.duration(detail.leaseMs) }),
+    t('key.summary', { held: detail.counts.holders, limit: detail.limit, parked: detail.counts.parked, scheduled: detail.counts.scheduled, lease: tr.duration(detail.leaseMs) }),
   );
   const limit = $('limit-input');
   if (document.activeElement !== limit) limit.value = String(detail.limit);
@@ -535,7 +562,8 @@ const renderAll = () => {
 };
 
 /** The view's data; null when the server does not know the key or job (404). */
-const readView = (view) => (view.kind === 'key' ? orMissing(() => getJson('/api/keys/detail', { key: view.id })) : readJob(view.id));
+const readView = (view) =>
+  view.kind === 'key' ? orMissing(() => getJson('/api/keys/detail', { key: view.id, limit: state.listed === null ? undefined : String(state.listed) })) : readJob(view.id);
 
 /** The keys' answer, taken only when it is for the query on view (a later change of the filter or the page asked another). */
 const takeKeys = (query, overview) => {
@@ -600,6 +628,7 @@ const viewOfHash = () => {
 /** Shows the view the hash names (a link, back/forward, a URL opened in a new tab), in view once read. */
 const showView = async () => {
   state.view = viewOfHash();
+  state.listed = null;
   state.loaded = null;
   renderAll();
   await refresh();
@@ -674,8 +703,9 @@ const wire = () => {
   $('keys-next').addEventListener('click', () => turn(1));
   $('token-button').addEventListener('click', () => askToken());
   const detail = () => (state.view?.kind === 'key' ? (loadedData()?.data ?? null) : null);
-  $('release-all').addEventListener('click', () => detail() && releaseAll(detail().key, detail().holders));
-  $('discard-all').addEventListener('click', () => detail() && discardAll(detail().key, detail().parked));
+  $('release-all').addEventListener('click', () => detail() && releaseAll(detail()));
+  $('discard-all').addEventListener('click', () => detail() && discardAll(detail()));
+  for (const list of ['holders', 'parked', 'scheduled']) $(`${list}-more-button`).addEventListener('click', showMore);
   $('limit-form').addEventListener('submit', (e) => {
     e.preventDefault();
     if (detail()) changeLimit(detail(), Number($('limit-input').value));

@@ -297,16 +297,17 @@ export const showToast = (render, kind) => {
 
 /**
  * A modal confirmation of the page's own (a <dialog>, not window.confirm); resolves true only when
- * the operator confirms. `jobIds` are named (the first few, then how many more); a `danger` action
- * gets a filled red button. Focus starts on Cancel, the safe choice.
+ * the operator confirms. `jobIds` are named (the first few, then how many more of `count`, when
+ * the page knows more jobs than it holds the ids of); a `danger` action gets a filled red button.
+ * Focus starts on Cancel, the safe choice.
  */
-const confirmAction = ({ title, paragraphs, jobIds = [], warning = null, confirm, danger = false }) =>
+const confirmAction = ({ title, paragraphs, jobIds = [], count = jobIds.length, warning = null, confirm, danger = false }) =>
   new Promise((resolve) => {
     const dialog = $('confirm');
     setText('confirm-title', title);
     $('confirm-text').replaceChildren(...paragraphs.filter(Boolean).map((text) => el('p', {}, text)));
     const list = $('confirm-list');
-    const more = jobIds.length - LISTED_IDS;
+    const more = count - Math.min(jobIds.length, LISTED_IDS);
     list.replaceChildren(
       ...jobIds.slice(0, LISTED_IDS).map((id) => el('li', {}, el('code', { className: 'job-id' }, id))),
       ...(more > 0 ? [el('li', { className: 'more' }, t('dialog.more', { count: more }))] : []),

@@ -4,6 +4,7 @@ import { Reason } from '../../../domain/commands.js';
 import { UnknownKeyError } from '../../../domain/errors.js';
 import { Actor, JobId, Key, LeaseMs, Limit, Text } from '../../../domain/values.js';
 import type { Ledger } from '../../ledger.js';
+import { detailList } from '../../postgres/queries/key-detail.js';
 import { KeySort, SortDirection, keyPageOrder } from '../../postgres/queries/key-page.js';
 import { weakTag, notModified } from '../etag.js';
 import { BooleanString, closedObject, decodeInput, IntegerString, operator, type ReadBudgets, VIA } from '../input.js';
@@ -13,7 +14,7 @@ import { UNSTARTED_WARNING_MS, warningsOf } from './warnings.js';
 export const RECENT_HANDOFFS = 50;
 
 const KeysQuery = closedObject({}, { limit: IntegerString, offset: IntegerString, sort: KeySort, dir: SortDirection, match: Text, atLimit: BooleanString, attention: BooleanString });
-const KeyQuery = closedObject({ key: Key }, {});
+const KeyQuery = closedObject({ key: Key }, { limit: IntegerString });
 const ReleaseBody = closedObject({ key: Key }, { jobId: JobId, by: Actor, force: t.boolean });
 const DiscardBody = closedObject({ key: Key }, { jobIds: t.array(JobId), by: Actor });
 const LimitBody = closedObject({ key: Key, limit: Limit }, { by: Actor, leaseMs: LeaseMs });
@@ -50,18 +51,20 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, readBudg
 
   /**
    * Holders, parked jobs in promotion order, scheduled jobs, and the latest handoffs (newest
-   * first): `{ now, ...KeyDetail, handoffs }`. Each holder has `state` (running, unstarted,
+   * first): `{ now, ...KeyDetail, handoffs }`. Each list holds its first `limit` jobs (1-1000,
+   * default 100) and `counts` says how many there are. Each holder has `state` (running, unstarted,
    * expired, worker-gone), `workerId`, `renewedAt` (its last renewal or start), `acquiredAt`
    * (unstarted since), `expiresAt`, `workerLastSeen`, and `leaseState` as before. With an ETag,
    * as GET /api/keys.
    */
   app.get('/api/keys/detail', async (request, reply) => {
-    const { key } = decodeInput(KeyQuery, request.query, '(query)');
+    const { key, limit } = decodeInput(KeyQuery, request.query, '(query)');
+    const listed = detailList(limit);
     const now = ledger.now();
     const v = await ledger.version(now, UNSTARTED_WARNING_MS);
     // Holder states: the workers' liveness and expiries; workerLastSeen: their heartbeats; handoffs: the ledger.
-    if (notModified(request, reply, weakTag(['detail', key, v.head, v.pending, v.projected, v.quarantined, v.beats, v.expired]))) return reply;
-    const detail = await ledger.keyDetail(key, now);
+    if (notModified(request, reply, weakTag(['detail', key, listed, v.head, v.pending, v.projected, v.quarantined, v.beats, v.expired]))) return reply;
+    const detail = await ledger.keyDetail(key, now, listed);
     if (detail === null) throw new UnknownKeyError(key);
     // A quarantined key's ledger does not read; the rest of its detail (the quarantine too) comes from the read models.
     const handoffs = detail.quarantine === null ? (await ledger.audit({ key }, readBudget())).handoffs : [];

@@ -112,24 +112,40 @@ const UNSTARTED_BEFORE = unstartedBefore(paramTime(1), '$2::float8');
 
 const CAUSES_ARRAY = `ARRAY[${ATTENTION_CAUSES.map((c) => `'${c}'`).join(', ')}]`;
 
+/** SQL: the order of a page of keys, over the row `m` of `keyed` ($6: the sort, $7: 1 ascending, -1 descending; see KEY_SORTS). */
+const PAGE_ORDER = (m: string): string => `
+    (CASE WHEN $6::text = 'attention' THEN CASE WHEN ${m}.attention THEN 0 WHEN ${m}.at_limit THEN 1 ELSE 2 END END) * $7::int,
+    (CASE WHEN $6::text = 'attention' THEN -${m}.in_use END) * $7::int,
+    (CASE WHEN $6::text = 'attention' THEN -${m}.parked END) * $7::int,
+    (CASE $6::text
+       WHEN 'inUse' THEN ${m}.in_use::float8 / nullif(${m}.concurrency_limit, 0)
+       WHEN 'parked' THEN ${m}.parked
+       WHEN 'scheduled' THEN ${m}.scheduled
+       WHEN 'oldestWait' THEN extract(epoch FROM ${m}.oldest_parked_at)::float8
+       WHEN 'lease' THEN CASE WHEN ${m}.expired > 0 THEN 0 WHEN ${m}.worker_gone > 0 THEN 1 WHEN ${m}.unstarted > 0 THEN 2 WHEN ${m}.running > 0 THEN 3 ELSE 4 END
+     END) * $7::int NULLS LAST,
+    CASE WHEN $6::text = 'key' AND $7::int < 0 THEN ${m}.key COLLATE "C" END DESC,
+    ${m}.key COLLATE "C"`;
+
 // $1: now (epoch ms), $2: unstartedAfterMs, $3: match (NULL: none), $4: atLimit, $5: attention
 // (NULL: either), $6: sort, $7: 1 for ascending, -1 for descending, $8: page size, $9: offset,
-// $10: LISTED_PER_WARNING. KEY_ROWS once (materialized) and, from it, the totals, the page (every
-// matching key sorted: bounded by the keys known) and the attention groups: the page is shipped,
-// not the keys. Each key's quarantine by jl_quarantined_pkey; the workers (a few rows); the
-// unstarted holders' queues by jl_jobs_claim.
+// $10: LISTED_PER_WARNING. KEY_ROWS once (materialized) and, from it, the totals, the page (the
+// first offset + limit matching keys of the order: a top-N sort, bounded by the keys known) and the
+// attention groups: the page is shipped, not the keys. The quarantines joined by hash (a few rows);
+// the workers (a few rows); the unstarted holders' queues by jl_jobs_claim.
 export const KEY_PAGE_SQL = /* sql */ `
 WITH ${KEY_ROWS},
 keyed AS MATERIALIZED (
   SELECT r.*, r.in_use >= r.concurrency_limit AS at_limit, c.causes, cardinality(c.causes) > 0 AS attention
   FROM rows r
+  LEFT JOIN jl_quarantined q ON q.stream = r.stream
   CROSS JOIN LATERAL (
     -- In ATTENTION_CAUSES order.
     SELECT array_remove(ARRAY[
              CASE WHEN r.oldest_unstarted_at < ${UNSTARTED_BEFORE} THEN 'holders-unstarted' END,
              CASE WHEN r.worker_gone > 0 THEN 'holders-worker-gone' END,
              CASE WHEN r.expired > 0 THEN 'holders-expired' END,
-             CASE WHEN EXISTS (SELECT 1 FROM jl_quarantined q WHERE q.stream = r.stream) THEN 'key-quarantined' END], NULL) AS causes
+             CASE WHEN q.stream IS NOT NULL THEN 'key-quarantined' END], NULL) AS causes
   ) c
 ),
 matching AS (
@@ -138,21 +154,10 @@ matching AS (
     AND ($4::boolean IS NULL OR k.at_limit = $4::boolean)
     AND ($5::boolean IS NULL OR k.attention = $5::boolean)
 ),
-ordered AS (
-  SELECT m.*, row_number() OVER (ORDER BY
-    (CASE WHEN $6::text = 'attention' THEN CASE WHEN m.attention THEN 0 WHEN m.at_limit THEN 1 ELSE 2 END END) * $7::int,
-    (CASE WHEN $6::text = 'attention' THEN -m.in_use END) * $7::int,
-    (CASE WHEN $6::text = 'attention' THEN -m.parked END) * $7::int,
-    (CASE $6::text
-       WHEN 'inUse' THEN m.in_use::float8 / nullif(m.concurrency_limit, 0)
-       WHEN 'parked' THEN m.parked
-       WHEN 'scheduled' THEN m.scheduled
-       WHEN 'oldestWait' THEN extract(epoch FROM m.oldest_parked_at)::float8
-       WHEN 'lease' THEN CASE WHEN m.expired > 0 THEN 0 WHEN m.worker_gone > 0 THEN 1 WHEN m.unstarted > 0 THEN 2 WHEN m.running > 0 THEN 3 ELSE 4 END
-     END) * $7::int NULLS LAST,
-    CASE WHEN $6::text = 'key' AND $7::int < 0 THEN m.key COLLATE "C" END DESC,
-    m.key COLLATE "C") AS ord
-  FROM matching m
+-- A top-N sort keeps offset + limit rows, not every key; their rank is taken among them alone.
+paged AS (
+  SELECT p.*, row_number() OVER (ORDER BY ${PAGE_ORDER('p')}) AS ord
+  FROM (SELECT m.* FROM matching m ORDER BY ${PAGE_ORDER('m')} LIMIT $8::int OFFSET $9::bigint) p
 ),
 groups AS (
   SELECT c.cause, count(*)::int AS count, sum(${holdersOf('k', 'c.cause')})::int AS holders,
@@ -173,7 +178,7 @@ SELECT
   (SELECT json_build_object('live', count(*) FILTER (WHERE ${workerLive('w')}), 'gone', count(*) FILTER (WHERE NOT ${workerLive('w')})) FROM workers w) AS workers,
   (SELECT count(*)::int FROM matching) AS matched,
   (SELECT coalesce(json_agg(p ORDER BY p.ord), '[]')
-   FROM (SELECT ${KEY_COLUMNS}, r.causes AS attention, r.ord FROM ordered r WHERE r.ord > $9::bigint ORDER BY r.ord LIMIT $8::int) p) AS keys,
+   FROM (SELECT ${KEY_COLUMNS}, r.causes AS attention, r.ord FROM paged r) p) AS keys,
   (SELECT coalesce(json_agg(json_build_object(
             'cause', g.cause, 'count', g.count, 'holders', g.holders, 'since', g.since,
             'first', (SELECT json_agg(f ORDER BY f.rank) FROM (

@@ -81,9 +81,26 @@ describe('keyDetail()', () => {
         { jobId: 'b3', name: 'sync', priority: 5, parkedAt: T0 + SEC, home: null, limits: [], waitsOn: [] },
       ],
       scheduled: [{ jobId: 'b6', name: 'later', runAt: T0 + 62 * SEC, attempts: 0 }],
+      counts: { holders: 2, ownHolders: 2, parked: 2, ownParked: 2, scheduled: 1 },
+      listed: 100,
       quarantine: null,
       paused: null,
     });
+  });
+
+  it('each list holds its first `listed` jobs, in its order, and counts them all', async () => {
+    s.at(T0 + 31 * SEC);
+    const whole = (await s.ledger.keyDetail('busy'))!;
+    const cut = (await s.ledger.keyDetail('busy', undefined, 1))!;
+    expect(cut.holders).toEqual(whole.holders.slice(0, 1));
+    expect(cut.parked).toEqual(whole.parked.slice(0, 1));
+    expect(cut.scheduled).toEqual(whole.scheduled);
+    expect(cut.counts).toEqual(whole.counts);
+    expect(cut.listed).toBe(1);
+  });
+
+  it('a list size out of range is refused naming `limit`', async () => {
+    for (const listed of [0, 1001, 1.5]) await expect(s.ledger.keyDetail('busy', undefined, listed)).rejects.toThrow(/limit/);
   });
 
   it('a started holder shows its worker, start, attempt, renewal and lease: running while its worker is live, worker gone once it stopped, expired by the ledger clock', async () => {
