@@ -19,6 +19,6 @@ describe('a database with no schema yet', () => {
   it('keys migrates it and lists no key', async () => {
     const { code, stdout, stderr } = await runCliInProcess(db.url, ['keys', '--json']);
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
-    expect(JSON.parse(stdout)).toEqual([]);
+    expect(JSON.parse(stdout)).toMatchObject({ matched: 0, keys: [], totals: { keys: 0 } });
   });
 });

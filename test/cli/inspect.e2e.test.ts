@@ -52,8 +52,8 @@ afterAll(async () => {
 const expectRefused = (args: readonly string[], named: string) => expectRefusedBy(jobledger, () => s.eventCount(), args, named);
 
 describe('jobledger keys', () => {
-  it('--json: every key with limit, use, waits and lease state', async () => {
-    const result = await jobledger('keys', '--json');
+  it('--all --json: every key with limit, use, waits and lease state', async () => {
+    const result = await jobledger('keys', '--all', '--json');
     expect(result.code, result.stderr).toBe(0);
     expect(JSON.parse(result.stdout) as KeyRow[]).toEqual([
       // b, promoted by a's completion, holds the slot unstarted: no expiry until a worker starts it.
@@ -61,6 +61,26 @@ describe('jobledger keys', () => {
       { key: 'quiet', limit: 1, inUse: 0, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: null, leaseState: 'none', holderStates: { running: 0, unstarted: 0, expired: 0, workerGone: 0 }, oldestUnstartedAt: null, atLimit: false, quarantine: null, paused: null },
       { key: 'stale', limit: 1, inUse: 1, parked: 0, scheduled: 0, oldestParkedAt: null, nextLeaseExpiry: BASE + 1_802 * SEC, leaseState: 'expired', holderStates: { running: 0, unstarted: 0, expired: 1, workerGone: 0 }, oldestUnstartedAt: null, atLimit: true, quarantine: null, paused: null },
     ]);
+  });
+
+  it('a page by default, as the dashboard lists them: keys needing attention, then keys at their limit, first; --limit and --offset page on', async () => {
+    const page = JSON.parse((await jobledger('keys', '--json')).stdout) as { order: unknown; matched: number; keys: KeyRow[] };
+    expect(page.order).toEqual({ sort: 'attention', dir: 'asc', limit: 50, offset: 0 });
+    expect(page.matched).toBe(3);
+    // acme's holder waits unstarted too long and stale's lease ran out (both need attention: by key), quiet is neither.
+    expect(page.keys.map((k) => [k.key, (k as KeyRow & { attention: string[] }).attention])).toEqual([['acme', ['holders-unstarted']], ['stale', ['holders-expired']], ['quiet', []]]);
+    const second = await jobledger('keys', '--limit', '1', '--offset', '1');
+    expect(second.code, second.stderr).toBe(0);
+    expect(second.stdout).toContain('stale');
+    expect(second.stdout).not.toContain('acme');
+    expect(second.stdout).toContain('keys 2–2 of 3, by attention (asc); next: --offset 2');
+    expect(JSON.parse((await jobledger('keys', '--match', 'QUI', '--json')).stdout).keys.map((k: KeyRow) => k.key)).toEqual(['quiet']);
+  });
+
+  it('bad page flags are refused naming the flag, and --all pages nothing', async () => {
+    await expectRefused(['keys', '--limit', '0'], '--limit');
+    await expectRefused(['keys', '--sort', 'size'], '--sort');
+    await expectRefused(['keys', '--all', '--offset', '5'], '--offset');
   });
 
   it('a table by default', async () => {
