@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { Presence } from '../../src/adapters/worker/presence.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { noOutages } from '../../src/domain/ports/outages.js';
@@ -89,6 +89,36 @@ describe('ETag and 304', () => {
     expect((await read('/api/keys', { sort: 'attention', dir: 'asc', limit: '50', offset: '0' }, tag)).status).toBe(304);
   });
 
+  it('one read answers every request under a tag, each with its own now: pages polling an unchanged ledger read it once', async () => {
+    for (const [path, query, method] of [['/api/keys', {}, 'keyPage'], ['/api/keys/detail', { key: 'k' }, 'keyDetail']] as const) {
+      const tag = await settled(path, query);
+      const reads = vi.spyOn(s.ledger, method);
+      try {
+        now += 1;
+        const answers = await Promise.all(Array.from({ length: 5 }, () => read(path, query)));
+        now += 1;
+        const later = await read(path, query);
+        const all = [...answers, later];
+        // A transaction of another database may move the tag meanwhile (see settled): one read for each tag that is new, none for the settled one.
+        const fresh = new Set(all.map((a) => a.etag).filter((t) => t !== tag)).size;
+        expect(reads.mock.calls.length, path).toBeLessThanOrEqual(fresh);
+        const under = all.filter((a) => a.etag === tag).map((a) => JSON.parse(a.text) as { now: number });
+        expect(under.length, path).toBeGreaterThan(1);
+        const withoutNow = ({ now: _, ...rest }: { now: number }) => rest;
+        for (const body of under) expect(withoutNow(body), path).toEqual(withoutNow(under[0]!));
+        expect(JSON.parse(later.text).now, path).toBe(now);
+        // Moved: read again, once for every request under the new tag.
+        await s.ledger.enqueue({ name: 'work', key: 'k', queue: 'q', jobId: `shared-${method}` });
+        const moved = await Promise.all(Array.from({ length: 3 }, () => read(path, query)));
+        expect(moved[0]!.etag, path).not.toBe(tag);
+        expect(reads.mock.calls.length, path).toBeGreaterThan(0);
+        expect(reads.mock.calls.length, path).toBeLessThanOrEqual(fresh + new Set(moved.map((m) => m.etag)).size);
+      } finally {
+        reads.mockRestore();
+      }
+    }
+  });
+
   it('an enqueue changes every tag that depends on the ledger: the next poll is a 200 with the change', async () => {
     const tags = await Promise.all(ROUTES.map(([path, query]) => settled(path, query)));
     await s.ledger.enqueue({ name: 'work', key: 'k', queue: 'q', jobId: 'k-3' });
@@ -97,7 +127,7 @@ describe('ETag and 304', () => {
       expect(after.status, path).toBe(200);
       expect(after.etag, path).not.toBe(tags[i]);
     }
-    expect(JSON.parse((await read('/api/keys/detail', { key: 'k' })).text).parked.map((p: { jobId: string }) => p.jobId)).toEqual(['k-2', 'k-3']);
+    expect(JSON.parse((await read('/api/keys/detail', { key: 'k' })).text).parked.map((p: { jobId: string }) => p.jobId)).toEqual(['k-2', 'shared-keyPage', 'shared-keyDetail', 'k-3']);
   });
 
   it("a heartbeat changes /api/workers' tag (its lastSeen is in the answer), and not /api/keys' (the worker was live and stays so)", async () => {

@@ -7,6 +7,7 @@ import type { Ledger } from '../../ledger.js';
 import { detailList } from '../../postgres/queries/key-detail.js';
 import { KeySort, SortDirection, keyPageOrder } from '../../postgres/queries/key-page.js';
 import { weakTag, notModified } from '../etag.js';
+import { SharedAnswers } from '../shared-answers.js';
 import { BooleanString, closedObject, decodeInput, IntegerString, operator, type ReadBudgets, VIA } from '../input.js';
 import { UNSTARTED_WARNING_MS, warningsOf } from './warnings.js';
 
@@ -20,7 +21,7 @@ const DiscardBody = closedObject({ key: Key }, { jobIds: t.array(JobId), by: Act
 const LimitBody = closedObject({ key: Key, limit: Limit }, { by: Actor, leaseMs: LeaseMs });
 const PauseBody = closedObject({ key: Key }, { by: Actor, reason: Reason });
 
-export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, readBudget: ReadBudgets): void => {
+export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, readBudget: ReadBudgets, shared: SharedAnswers = new SharedAnswers()): void => {
   /**
    * The cards' totals over every key, the warnings (one per cause) and a page of the keys, sorted
    * and filtered by the database: `{ now, totals: { keys, keysAtLimit, slotsHeld, parked,
@@ -29,7 +30,8 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, readBudg
    * Warning[], page: { sort, dir, limit, offset, matched }, keys: (KeyRow & { attention })[] }`.
    * Query: limit (1-200, default 50), offset, sort (KEY_SORTS), dir, match, atLimit, attention.
    * `slotsHeld` counts every holder whatever its state; only `holders.running` are run by a live
-   * worker. With an ETag (what the answer depends on, read first) and 304 for a poll that holds it.
+   * worker. With an ETag (what the answer depends on, read first) and 304 for a poll that holds it;
+   * one read answers every request under a tag (SharedAnswers).
    */
   app.get('/api/keys', async (request, reply) => {
     const query = decodeInput(KeysQuery, request.query, '(query)');
@@ -39,14 +41,11 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, readBudg
     const [v, size] = await Promise.all([ledger.version(now, UNSTARTED_WARNING_MS), ledger.ledgerSize()]);
     const tag = weakTag(['keys', order, v.head, v.pending, v.projected, v.quarantined, v.presence, v.expired, v.unstarted, size]);
     if (notModified(request, reply, tag)) return reply;
-    const [page, queues] = await Promise.all([ledger.keyPage({ ...query, unstartedAfterMs: UNSTARTED_WARNING_MS }, now), ledger.queues()]);
-    return {
-      now,
-      totals: { ...page.totals, ledger: size },
-      warnings: warningsOf(page, queues),
-      page: { ...page.order, matched: page.matched },
-      keys: page.keys,
-    };
+    const answer = await shared.of(tag, async () => {
+      const [page, queues] = await Promise.all([ledger.keyPage({ ...query, unstartedAfterMs: UNSTARTED_WARNING_MS }, now), ledger.queues()]);
+      return { totals: { ...page.totals, ledger: size }, warnings: warningsOf(page, queues), page: { ...page.order, matched: page.matched }, keys: page.keys };
+    });
+    return { now, ...answer };
   });
 
   /**
@@ -54,8 +53,8 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, readBudg
    * first): `{ now, ...KeyDetail, handoffs }`. Each list holds its first `limit` jobs (1-1000,
    * default 100) and `counts` says how many there are. Each holder has `state` (running, unstarted,
    * expired, worker-gone), `workerId`, `renewedAt` (its last renewal or start), `acquiredAt`
-   * (unstarted since), `expiresAt`, `workerLastSeen`, and `leaseState` as before. With an ETag,
-   * as GET /api/keys.
+   * (unstarted since), `expiresAt`, `workerLastSeen`, and `leaseState` as before. With an ETag and
+   * shared answers, as GET /api/keys.
    */
   app.get('/api/keys/detail', async (request, reply) => {
     const { key, limit } = decodeInput(KeyQuery, request.query, '(query)');
@@ -63,12 +62,17 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, readBudg
     const now = ledger.now();
     const v = await ledger.version(now, UNSTARTED_WARNING_MS);
     // Holder states: the workers' liveness and expiries; workerLastSeen: their heartbeats; handoffs: the ledger.
-    if (notModified(request, reply, weakTag(['detail', key, listed, v.head, v.pending, v.projected, v.quarantined, v.beats, v.expired]))) return reply;
-    const detail = await ledger.keyDetail(key, now, listed);
-    if (detail === null) throw new UnknownKeyError(key);
-    // A quarantined key's ledger does not read; the rest of its detail (the quarantine too) comes from the read models.
-    const handoffs = detail.quarantine === null ? (await ledger.audit({ key }, readBudget())).handoffs : [];
-    return { now, ...detail, handoffs: handoffs.slice(-RECENT_HANDOFFS).reverse() };
+    const tag = weakTag(['detail', key, listed, v.head, v.pending, v.projected, v.quarantined, v.beats, v.expired]);
+    if (notModified(request, reply, tag)) return reply;
+    const answer = await shared.of(tag, async () => {
+      const detail = await ledger.keyDetail(key, now, listed);
+      if (detail === null) return null;
+      // A quarantined key's ledger does not read; the rest of its detail (the quarantine too) comes from the read models.
+      const handoffs = detail.quarantine === null ? (await ledger.audit({ key }, readBudget())).handoffs : [];
+      return { ...detail, handoffs: handoffs.slice(-RECENT_HANDOFFS).reverse() };
+    });
+    if (answer === null) throw new UnknownKeyError(key);
+    return { now, ...answer };
   });
 
   app.post('/api/keys/release', async (request) => {
