@@ -140,9 +140,21 @@ export const jobHistory = async (deps: AuditDeps, input: JobHistoryInput): Promi
   const stream = await deps.jobStream(jobId);
   if (stream === null) throw new UnknownJobError(jobId);
   const events = await jobEventsOf(deps.store, stream, jobId, deps.budget);
-  const words = describeEvents(events.map((e) => e.event));
-  const out: HistoryEvent[] = [];
+  // Folded: a run of renewals of one lease is its last event, with the run's count; only the events
+  // kept are put in words (a job renewed 5,000 times has 5,000 renewals and a handful of lines).
+  const kept: { readonly e: (typeof events)[number]; readonly run?: { count: number; firstAt: number; firstRevision: number } }[] = [];
+  let run: { count: number; firstAt: number; firstRevision: number } | undefined;
   events.forEach((e, i) => {
+    if (renewals === 'all' || e.event.type !== 'LeaseRenewed') return void kept.push({ e });
+    run ??= { count: 0, firstAt: e.event.data.at, firstRevision: e.revision };
+    run.count++;
+    const after = events[i + 1];
+    if (after?.event.type === 'LeaseRenewed' && after.stream === e.stream && after.event.data.leaseId === e.event.data.leaseId) return;
+    kept.push(run.count > 1 ? { e, run } : { e });
+    run = undefined;
+  });
+  const words = describeEvents(kept.map(({ e }) => e.event));
+  const out: HistoryEvent[] = kept.map(({ e, run }, i) => {
     const d = e.event.data as Record<string, unknown>;
     const entry: HistoryEvent = {
       stream: e.stream,
@@ -156,12 +168,8 @@ export const jobHistory = async (deps: AuditDeps, input: JobHistoryInput): Promi
       inWords: words[i]!,
       data: e.data,
     };
-    const last = out.at(-1);
-    if (renewals === 'folded' && e.event.type === 'LeaseRenewed' && last?.type === 'LeaseRenewed' && last.stream === e.stream && (last.data as { leaseId?: unknown }).leaseId === e.event.data.leaseId) {
-      const run = last.renewals ?? { count: 1, firstAt: last.at, firstRevision: last.revision };
-      const folded = { count: run.count + 1, firstAt: run.firstAt, firstRevision: run.firstRevision };
-      out[out.length - 1] = { ...entry, renewals: folded, inWords: renewalsInWords(e.event.data.leaseId, folded.count, folded.firstAt, entry.at, e.event.data.expiresAt) };
-    } else out.push(entry);
+    if (run === undefined || e.event.type !== 'LeaseRenewed') return entry;
+    return { ...entry, renewals: run, inWords: renewalsInWords(e.event.data.leaseId, run.count, run.firstAt, entry.at, e.event.data.expiresAt) };
   });
   return { jobId, key: auditKeyOf(stream), stream, renewals, events: out };
 };

@@ -13,6 +13,7 @@ import { runFlush } from './flush.js';
 import { PassOver } from './pass-over.js';
 import type { CommandResult, KeyCommand, Loaded, ReadAndStart, ReadStarted } from './key-command.js';
 import { KeyStates, next, type Entry } from './key-states.js';
+import { LoadedStates } from './loaded-states.js';
 import { ConflictRetriesExhaustedError, KEY_WRITER_DEFAULTS, type KeyWriterOptions } from './key-writer-options.js';
 
 // The key writer: the ONE owner of key states in a process, and the one door for every write
@@ -59,6 +60,11 @@ import { ConflictRetriesExhaustedError, KEY_WRITER_DEFAULTS, type KeyWriterOptio
 // (one transaction), ./flush-messages.ts (the reads), ./flush-decisions.ts (decide, append),
 // ./key-states.ts (the cache of states).
 
+/** The most jobs the states kept for load hold together (a state of 20,000 jobs is ~10 MB). */
+const LOADED_JOBS = 50_000;
+/** The most events after a kept state that load folds onto it; more, and it reads the snapshot. */
+const LOAD_TAIL = 1_000;
+
 /**
  * Group commit for every key of the process: whatever is submitted while a flush is in flight
  * goes into the next one, so an idle writer writes a command at once and a busy one writes
@@ -77,6 +83,8 @@ export class KeyWriter {
   private readonly planned = new WeakMap<KeyCommand, readonly string[]>();
   /** FillSlots submitted and not yet written, by stream and place: the same one is not asked twice. */
   private readonly filling = new Set<string>();
+  /** The states load gave, kept for the next load of their stream (./loaded-states.ts). */
+  private readonly loaded = new LoadedStates(LOADED_JOBS);
 
   constructor(
     store: LedgerStore,
@@ -244,11 +252,24 @@ export class KeyWriter {
   }
 
   /**
-   * The current state of a stream, the caller's to keep: read from the store (the newest snapshot
-   * of this schema, then the events after it), not from this writer's states, which only a flush
-   * may touch.
+   * The current state of a stream, to read and not to change (it is shared with the next reader):
+   * read from the store, not from this writer's states, which only a flush may touch. A state
+   * this load gave before is brought up by the events after it (at most LOAD_TAIL of them: more,
+   * and the snapshot is nearer); otherwise the newest snapshot of this schema, then the events after it.
    */
   async load(stream: string): Promise<Loaded> {
+    const kept = this.loaded.get(stream);
+    if (kept !== undefined) {
+      const tail = await this.events.readStream(stream, { fromRevision: kept.revision + 1, maxCount: LOAD_TAIL });
+      if (tail.length === 0) return kept;
+      if (tail.length < LOAD_TAIL) {
+        const state = draftOf(kept.state);
+        for (const recorded of tail) apply(state, decodeRecorded(recorded));
+        const revision = tail.at(-1)!.revision;
+        this.loaded.set(stream, state, revision);
+        return { state, revision };
+      }
+    }
     const entry: Entry = { state: draftOf(initialKeyState), revision: 'no_stream', shared: true };
     const snapshot = await this.ctx.options.snapshots?.load(stream);
     const decoded = snapshot?.schemaVersion === KEY_STATE_SCHEMA_VERSION ? KeyStateCodec.decode(snapshot.state) : undefined;
@@ -260,6 +281,8 @@ export class KeyWriter {
       apply(entry.state, decodeRecorded(recorded));
       entry.revision = recorded.revision;
     }
-    return entry;
+    if (entry.revision === 'no_stream') this.loaded.drop(stream);
+    else this.loaded.set(stream, entry.state, entry.revision);
+    return { state: entry.state, revision: entry.revision };
   }
 }
