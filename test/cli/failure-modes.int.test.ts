@@ -72,7 +72,9 @@ describe('FAILURE-MODES #16: no way to release 390k stuck jobs but a console (so
     // The other 2,000 are dropped, in one call.
     expect(await cliJson('discard', '--key', key, '--by', 'carol')).toEqual({ discarded: parked.slice(1_000) });
 
-    const detail = await ledger.keyDetail(key);
+    // Every holder listed: a detail lists the first 100 unless asked for up to 1,000.
+    const detail = await ledger.keyDetail(key, undefined, 1_000);
+    expect(detail?.counts.holders).toBe(1_000);
     expect(detail?.holders.map((h) => h.jobId).sort()).toEqual(parked.slice(0, 1_000));
     expect(detail?.parked).toEqual([]);
     const { rows: statuses } = await db.pool.query<{ status: string; n: number }>(`SELECT status, count(*)::int AS n FROM jl_jobs WHERE key = $1 GROUP BY status ORDER BY status`, [key]);

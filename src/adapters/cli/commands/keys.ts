@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import ms from 'ms';
-import { DEFAULT_KEY_PAGE, KEY_SORTS, MAX_KEY_PAGE, type KeyPageQuery } from '../../postgres/queries/key-page.js';
+import type { KeyPageQuery } from '../../postgres/queries/key-page.js';
+import { DEFAULT_KEY_PAGE, KEY_SORTS, MAX_KEY_PAGE } from '../../postgres/queries/key-page-options.js';
 import type { KeyRow } from '../../postgres/queries/list-keys.js';
 import { UNSTARTED_WARNING_MS } from '../../http/routes/warnings.js';
 import { withReader, type CommandContext } from '../context.js';

@@ -1,4 +1,5 @@
-import { LISTED_PER_WARNING, type AttentionGroup, type KeyPage } from '../../postgres/queries/key-page.js';
+import type { AttentionGroup, KeyPage } from '../../postgres/queries/key-page.js';
+import { LISTED_PER_WARNING } from '../../postgres/queries/key-page-options.js';
 import type { QueueRow } from '../../postgres/queries/queues.js';
 
 // The overview's "needs attention": one warning per cause, however many keys it touches, each

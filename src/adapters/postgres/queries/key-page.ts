@@ -4,6 +4,7 @@ import { MAX_KEY_LENGTH, Text, checkField, refine } from '../../../domain/values
 import { inTransaction } from '../../../projections/transaction.js';
 import { paramTime, unstartedBefore } from './holder-state.js';
 import { KEY_COLUMNS, KEY_ROWS, toKeyRow, type HolderCounts, type KeyRow, type Row } from './list-keys.js';
+import { DEFAULT_KEY_PAGE, KEY_SORTS, LISTED_PER_WARNING, MAX_KEY_PAGE } from './key-page-options.js';
 import { epochMs, toMs } from './sql.js';
 import { workerLive } from './workers.js';
 
@@ -25,24 +26,10 @@ export interface PagedKeyRow extends KeyRow {
   readonly attention: readonly AttentionCause[];
 }
 
-/**
- * The orders of a page of keys, each with the direction it starts in (what to look at first):
- * `attention`: the keys needing attention (any AttentionCause), then the keys at their limit, then
- * the rest; within each, most slots in use, then most parked; `key` (bytewise, as COLLATE "C");
- * `inUse`: the share of the limit in use; `lease`: the worst holder state (leaseStateOf's order);
- * `parked`, `scheduled`: how many; `oldestWait`: the longest-parked job (keys with none last).
- * Ties go by key.
- */
-export const KEY_SORTS = { attention: 'asc', key: 'asc', inUse: 'desc', lease: 'asc', parked: 'desc', scheduled: 'desc', oldestWait: 'asc' } as const;
 export const KeySort = t.keyof(KEY_SORTS, 'KeySort');
 export type KeySort = keyof typeof KEY_SORTS;
 export const SortDirection = t.keyof({ asc: null, desc: null }, 'SortDirection');
 export type SortDirection = t.TypeOf<typeof SortDirection>;
-
-export const DEFAULT_KEY_PAGE = 50;
-export const MAX_KEY_PAGE = 200;
-/** How many keys (or queues) each warning names; the rest are counted. */
-export const LISTED_PER_WARNING = 5;
 
 export interface KeyPageQuery {
   /** Page size, 1 to MAX_KEY_PAGE (default DEFAULT_KEY_PAGE). */
