@@ -7,6 +7,7 @@
 //   npm run bench:reads -- --duration-s 60 --cli-runs 3 --timeout-s 30 --pollers 10
 //   npm run bench:reads -- --database-url postgres://postgres@127.0.0.1:5432/jobledger_bench_reads
 //   npm run bench:reads -- --rebuild                  # build the ledger again even if found built
+//   npm run bench:reads -- --moving-ms 250            # the ledger moves while it is read (below)
 //
 // The ledger (bench/reads-ledger.ts) is built through the library in the database
 // jobledger_bench_reads (jobledger_bench_reads_quick), on DATABASE_URL's server or the machine's,
@@ -27,12 +28,18 @@
 //    from spawn to exit. `retry --key K --dead` on keys with no dead job reads what a retry reads
 //    and writes nothing.
 //
-// The ledger's events are counted before and after: measuring must not change it.
+// The ledger's events are counted before and after: measuring must not change it. With
+// --moving-ms, an arrival is refused on the key bench/mover that often while serve is read (from
+// the first read alone to the last poll): a ledger in use moves between two polls, so no poll is
+// answered by a 304 or by an answer shared under the tag of the one before; the events it adds
+// are counted apart.
 import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
+import { createLedger } from '../src/adapters/ledger.js';
+import { silentLogger } from '../src/domain/ports/logger.js';
 import { ensureLedger, eventCount, lockLedger, SCALES, type Built, type Scale } from './reads-ledger.js';
 import { figuresOf, series, startServe, timedCli, timedGet, type Figures, type Sample, type Serve } from './reads-probes.js';
 import { quantile, serverUrl } from './scratch-database.js';
@@ -96,6 +103,8 @@ interface Options {
   readonly soloRuns: number;
   readonly soloTimeoutMs: number;
   readonly rebuild: boolean;
+  /** 0: the ledger stands still. Otherwise an enqueue refused on a full key every this many ms, while serve is read: no poll finds it where the last one did. */
+  readonly movingMs: number;
 }
 
 const options = (): Options => {
@@ -111,6 +120,7 @@ const options = (): Options => {
       'solo-timeout-s': { type: 'string', default: '120' },
       'database-url': { type: 'string' },
       rebuild: { type: 'boolean', default: false },
+      'moving-ms': { type: 'string', default: '0' },
     },
   });
   const positive = (flag: string, value: string | undefined, fallback: number) => {
@@ -132,6 +142,7 @@ const options = (): Options => {
     soloRuns: Math.round(positive('solo-runs', values['solo-runs'], 3)),
     soloTimeoutMs: positive('solo-timeout-s', values['solo-timeout-s'], 120) * 1000,
     rebuild: values.rebuild === true,
+    movingMs: values['moving-ms'] === '0' ? 0 : positive('moving-ms', values['moving-ms'], 0),
   };
 };
 
@@ -185,6 +196,39 @@ const pollLikeThePage = async (serve: Serve, views: readonly View[], o: Options)
     clearInterval(report);
   }
   return samples;
+};
+
+/** The key the mover enqueues on: limit 1, its slot held by its first job, every later arrival refused (two events, nothing else changed). */
+const MOVER_KEY = 'bench/mover';
+
+/**
+ * Moves the ledger every `everyMs` until stopped: a ledger in use moves between two polls, and
+ * then no poll is answered by a 304 or an answer shared under the tag of the poll before.
+ */
+const startMover = async (databaseUrl: string, everyMs: number): Promise<{ stop(): Promise<{ moves: number; events: number }> }> => {
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: 2 });
+  const ledger = await createLedger({ pool, migrate: false, logger: silentLogger });
+  let moves = 0;
+  let events = 0;
+  let stopped = false;
+  const loop = (async () => {
+    while (!stopped) {
+      const { status } = await ledger.enqueue({ name: 'mover', key: MOVER_KEY, limit: 1, whenFull: 'reject' });
+      // JobEnqueued, then SlotAcquired (the first) or JobRejected.
+      events += 2;
+      moves += status === 'rejected' ? 1 : 0;
+      await sleep(everyMs);
+    }
+  })();
+  return {
+    stop: async () => {
+      stopped = true;
+      await loop;
+      await ledger.close();
+      await pool.end();
+      return { moves, events };
+    },
+  };
 };
 
 /** A read or command line this slow is not run again: one run says enough, and more would take the run's time. */
@@ -447,6 +491,8 @@ const run = async (o: Options, built: Built): Promise<void> => {
   try {
     const eventsBefore = await eventCount(pool);
     serve = await startServe(o.databaseUrl);
+    const mover = o.movingMs > 0 ? await startMover(o.databaseUrl, o.movingMs) : undefined;
+    if (mover !== undefined) console.log(`the ledger moves: an arrival refused on ${MOVER_KEY} every ${o.movingMs} ms while serve is read`);
     console.log(`serve: ${serve.url} (pid ${serve.pid})`);
     // Its first ticks and reads (connections, caches) are not what is measured.
     await sleep(3_000);
@@ -468,6 +514,7 @@ const run = async (o: Options, built: Built): Promise<void> => {
     }
     const pollingS = (performance.now() - pollStarted) / 1000;
     serve.phase = 'after the pollers';
+    const moved = await mover?.stop();
     const abandoned = await cancelLeftovers(pool);
     const lagAfter = await scrapeTickLag(serve);
     if (page !== undefined) {
@@ -486,7 +533,14 @@ const run = async (o: Options, built: Built): Promise<void> => {
       sections.push(`### CLI reads, ${o.cliRuns} runs each\n\n${cliTable(cli, o, goals)}`);
     }
     const eventsAfter = await eventCount(pool);
-    sections.push(eventsAfter === eventsBefore ? `ledger unchanged by the run: ${eventsAfter.toLocaleString()} events` : `**the ledger changed during the run**: ${eventsBefore.toLocaleString()} events before, ${eventsAfter.toLocaleString()} after`);
+    const expected = eventsBefore + (moved?.events ?? 0);
+    sections.push(
+      eventsAfter !== expected
+        ? `**the ledger changed during the run**: ${eventsBefore.toLocaleString()} events before, ${eventsAfter.toLocaleString()} after${moved === undefined ? '' : ` (the mover's ${moved.events.toLocaleString()} expected)`}`
+        : moved === undefined
+          ? `ledger unchanged by the run: ${eventsAfter.toLocaleString()} events`
+          : `ledger changed by the mover alone: ${moved.events.toLocaleString()} events (${moved.moves.toLocaleString()} arrivals refused on ${MOVER_KEY}), ${eventsAfter.toLocaleString()} now`,
+    );
   } catch (error) {
     sections.push(`**the run failed**: ${error instanceof Error ? error.message : String(error)}`);
   } finally {

@@ -156,12 +156,15 @@ export const jobEventsOf = async (store: EventStore, home: string, jobId: string
 };
 
 /** The job's events on its home, then on the limit keys of its last arrival, found by the store's index, in global order. */
-const indexedJobEvents = async (store: Required<Pick<EventStore, 'readJobEvents'>>, home: string, jobId: string): Promise<{ events: JobEvent[]; limits: readonly string[] }> => {
-  const own = (await store.readJobEvents([jobId], [home])).map(jobEventOf);
+const indexedJobEvents = async (store: Required<Pick<EventStore, 'readJobEvents'>>, home: string, jobId: string, except: readonly string[] = []): Promise<{ events: JobEvent[]; limits: readonly string[] }> => {
+  const own = (await store.readJobEvents([jobId], [home], { except })).map(jobEventOf);
   const limits = limitsOf(own);
-  const guest = limits.length === 0 ? [] : (await store.readJobEvents([jobId], limits.map(keyStream))).map(jobEventOf);
+  const guest = limits.length === 0 ? [] : (await store.readJobEvents([jobId], limits.map(keyStream), { except })).map(jobEventOf);
   return { events: [...own, ...guest].sort((a, b) => comparePositions(a.position, b.position)), limits };
 };
+
+/** What an explanation of now reads without: a job renewed its lease every 10 s of an hour has 360 renewals and a handful of other events. */
+const RENEWALS: readonly string[] = ['LeaseRenewed'];
 
 /** A stream's state as it stands: its latest snapshot and the events after it (the key writer's load). */
 export type StreamLoad = (stream: string) => Promise<{ readonly state: KeyState; readonly revision: StreamRevision | 'no_stream' }>;
@@ -174,7 +177,8 @@ const waitsIn = (event: KeyEvent): event is Extract<KeyEvent, { type: 'JobParked
  * when a wait of the job was recorded before waits recorded their line: its streams are folded.
  */
 const readJobStreamsNow = async (store: Required<Pick<EventStore, 'readJobEvents'>>, load: StreamLoad, home: string, jobId: string): Promise<JobStreams | undefined> => {
-  const { events, limits } = await indexedJobEvents(store, home, jobId);
+  // Where the job is and how it waited: its lease's renewals tell neither (the lease is in the state).
+  const { events, limits } = await indexedJobEvents(store, home, jobId, RENEWALS);
   if (events.some((e) => waitsIn(e.event) && e.event.data.line === undefined)) return undefined;
   const streams = [home, ...limits.map(keyStream)];
   const at = await Promise.all(
@@ -182,7 +186,7 @@ const readJobStreamsNow = async (store: Required<Pick<EventStore, 'readJobEvents
       const { state, revision } = await load(stream);
       // When each holder's lease started (its JobStarted: at home, for a guest too).
       const held = holders(state);
-      const started = held.length === 0 ? [] : await store.readJobEvents(held.map((h) => h.jobId), [...new Set(held.map((h) => h.home ?? stream))]);
+      const started = held.length === 0 ? [] : await store.readJobEvents(held.map((h) => h.jobId), [...new Set(held.map((h) => h.home ?? stream))], { except: RENEWALS });
       const leases = new Set(held.map((h) => h.lease!.leaseId));
       const startedAt = new Map<string, number>();
       for (const r of started) {

@@ -141,8 +141,10 @@ export interface EventStore {
    * The events of some jobs (their data's jobId) on these streams, each stream's in revision order:
    * found by an index on job ids rather than by reading the streams whole. Optional: a store
    * without such an index leaves it out, and readers fold the streams instead (job-events.ts).
+   * `except`: event types left out (a reader that has no use for a job's 5,000 lease renewals
+   * need not read them): a row that holds nothing else is not read.
    */
-  readJobEvents?(jobIds: readonly string[], streams: readonly string[]): Promise<RecordedEvent[]>;
+  readJobEvents?(jobIds: readonly string[], streams: readonly string[], options?: { readonly except?: readonly string[] }): Promise<RecordedEvent[]>;
   /** Events of every stream (or those with a prefix) in global order, only once no earlier event can still appear. */
   readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
   /**

@@ -25,10 +25,12 @@ SELECT ${rowColumns('a')} FROM unnest($1::text[], $2::bigint[]) AS w (stream, fr
 CROSS JOIN LATERAL (SELECT * FROM ledger_appends a WHERE ${fromRevision('w.stream', 'w.from_revision')}) a
 ORDER BY a.stream, a.revision`;
 
-// $1 job ids, $2 key streams: the rows of those streams that name any of the jobs, by
-// appends_job_ids and appends_archive_job_ids (migration 18), whose expression and predicate this repeats.
+// $1 job ids, $2 key streams, $3 event types left out: the rows of those streams that name any of
+// the jobs and hold an event of another type, by appends_job_ids and appends_archive_job_ids
+// (migration 18), whose expression and predicate this repeats.
 export const READ_JOB_ROWS_SQL = `SELECT ${rowColumns('a')} FROM ledger_appends a
 WHERE a.stream = ANY($2::text[]) AND NOT starts_with(a.stream, 'job:') AND jl_job_ids(a.data) && $1::text[]
+  AND NOT (a.types <@ $3::text[])
 ORDER BY a.stream, a.revision`;
 
 /** The events of rows read from `from` on, at most `maxCount`. */

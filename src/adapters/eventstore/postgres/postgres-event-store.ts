@@ -149,13 +149,15 @@ export class PostgresEventStore implements EventStore, LedgerStore {
     return result;
   }
 
-  async readJobEvents(jobIds: readonly string[], streams: readonly string[]): Promise<RecordedEvent[]> {
+  async readJobEvents(jobIds: readonly string[], streams: readonly string[], options: { readonly except?: readonly string[] } = {}): Promise<RecordedEvent[]> {
+    const except = options.except ?? [];
     const keyed = streams.filter((s) => !isJobStream(s));
     // A job stream is its job's alone: read whole, by its primary key.
     const own = await Promise.all(streams.filter(isJobStream).map((s) => this.readStream(s)));
-    const rows = keyed.length === 0 || jobIds.length === 0 ? [] : (await this.pool.query<LedgerRow>(READ_JOB_ROWS_SQL, [jobIds, keyed])).rows;
+    const rows = keyed.length === 0 || jobIds.length === 0 ? [] : (await this.pool.query<LedgerRow>(READ_JOB_ROWS_SQL, [jobIds, keyed, except])).rows;
     const wanted = new Set(jobIds);
-    return [...own.flat(), ...eventsFrom(rows, 0).filter((e) => wanted.has((e.data as { jobId?: string }).jobId ?? ''))];
+    const left = new Set(except);
+    return [...own.flat(), ...eventsFrom(rows, 0).filter((e) => wanted.has((e.data as { jobId?: string }).jobId ?? ''))].filter((e) => !left.has(e.type));
   }
 
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
