@@ -1,6 +1,5 @@
-import * as E from 'fp-ts/lib/Either.js';
 import type { Command } from '../domain/commands.js';
-import { KeyStateCodec, apply, draftOf, holders, initialKeyState, isUnderLimits, jobsIn, lineAfter, type Draft, type JobState, type KeyState, type LinePlace } from '../domain/key-state.js';
+import { apply, draftOf, holders, initialKeyState, isUnderLimits, jobsIn, lineAfter, type Draft, type JobState, type KeyState, type LinePlace, snapshotState } from '../domain/key-state.js';
 import type { EventStore, RecordedEvent, StreamRevision } from '../domain/ports/event-store.js';
 import type { LockedStream } from '../domain/ports/ledger-store.js';
 import type { Logger } from '../domain/ports/logger.js';
@@ -74,9 +73,9 @@ export class KeyStates {
   async catchUp(locked: LockedStream): Promise<Entry> {
     const entry = this.entry(locked.stream);
     if (locked.snapshot !== undefined) {
-      const decoded = KeyStateCodec.decode(locked.snapshot.state);
-      if (E.isRight(decoded)) {
-        entry.state = draftOf(decoded.right);
+      const decoded = snapshotState(locked.snapshot.state);
+      if (decoded !== undefined) {
+        entry.state = draftOf(decoded);
         entry.revision = locked.snapshot.revision;
       } else {
         // The events the lock did not return (up to the snapshot) are committed: read them here.

@@ -1,7 +1,7 @@
 import * as E from 'fp-ts/lib/Either.js';
 import { decodeCommand, type Command } from '../domain/commands.js';
 import type { FillLater } from '../domain/decide/index.js';
-import { KEY_STATE_SCHEMA_VERSION, KeyStateCodec, apply, draftOf, initialKeyState } from '../domain/key-state.js';
+import { KEY_STATE_SCHEMA_VERSION, apply, draftOf, initialKeyState, snapshotState } from '../domain/key-state.js';
 import type { EventStore, JsonObject } from '../domain/ports/event-store.js';
 import type { LedgerStore } from '../domain/ports/ledger-store.js';
 import { silentLogger } from '../domain/ports/logger.js';
@@ -272,9 +272,9 @@ export class KeyWriter {
     }
     const entry: Entry = { state: draftOf(initialKeyState), revision: 'no_stream', shared: true };
     const snapshot = await this.ctx.options.snapshots?.load(stream);
-    const decoded = snapshot?.schemaVersion === KEY_STATE_SCHEMA_VERSION ? KeyStateCodec.decode(snapshot.state) : undefined;
-    if (decoded !== undefined && E.isRight(decoded)) {
-      entry.state = draftOf(decoded.right);
+    const decoded = snapshot?.schemaVersion === KEY_STATE_SCHEMA_VERSION ? snapshotState(snapshot.state) : undefined;
+    if (decoded !== undefined) {
+      entry.state = draftOf(decoded);
       entry.revision = snapshot!.revision;
     }
     for (const recorded of await this.events.readStream(stream, { fromRevision: next(entry.revision) })) {
