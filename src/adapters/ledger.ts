@@ -45,6 +45,8 @@ export interface LedgerOptions extends LedgerReaderOptions {
   readonly random?: () => number;
   /** Snapshot every N events of a key (default 1000; 0 disables). */
   readonly snapshotEvery?: number;
+  /** Keep the snapshot as a past state every N events of a key, for reads of a past moment (default 10,000, a multiple of snapshotEvery; 0 keeps none). */
+  readonly snapshotsKeptEvery?: number;
   /**
    * Apply the read models (jl_*) and the dispatcher (queue messages) inside each flush's
    * transaction (true) or from async runners started by start() (false). A database is projected
@@ -127,6 +129,8 @@ export class Ledger extends LedgerReader {
   private readonly made = new Set<Worker>();
   private readonly sweeper: Sweeper;
   private readonly runners: AsyncProjectionRunner[];
+  /** Where reads of a past moment start folding (snapshots_kept). */
+  private readonly snapshots = new PostgresSnapshotStore(this.pool);
 
   private constructor(parts: LedgerParts) {
     super(parts.pool, parts.ownsPool, parts.clock);
@@ -179,7 +183,8 @@ export class Ledger extends LedgerReader {
         random,
         logger: log,
         snapshots: new PostgresSnapshotStore(pool),
-        snapshotEvery: options.snapshotEvery ?? 1_000,
+        ...(options.snapshotEvery === undefined ? {} : { snapshotEvery: options.snapshotEvery }),
+        ...(options.snapshotsKeptEvery === undefined ? {} : { snapshotsKeptEvery: options.snapshotsKeptEvery }),
         eventId: keyEventId,
         outages,
       });
@@ -243,7 +248,7 @@ export class Ledger extends LedgerReader {
    * (UnknownKeyError).
    */
   async keyStateAt(key: string, until: { readonly revision?: number; readonly at?: number }, reads: LedgerReads = {}): Promise<KeyStateAsOf> {
-    const folded = await keyStateAt(this.store, keyStream(key), until, reads.budget);
+    const folded = await keyStateAt(this.store, keyStream(key), until, reads.budget, this.snapshots);
     if (folded.revision !== 'no_stream') return folded;
     const [first] = await this.store.readStream(keyStream(key), { fromRevision: 0, maxCount: 1 });
     if (first === undefined) throw new UnknownKeyError(key);

@@ -122,7 +122,7 @@ export async function attemptFlush(ctx: FlushContext, batch: readonly Submission
     }
     // A refused Start (a stale lease, one already started) means the row is behind the ledger (an async read model): passed over until it catches up.
     for (const i of readGoing) if (E.isLeft(decided.get(i)!)) ctx.passOver.job(i.message.jobId, ctx.clock() + ctx.options.passOverMs);
-    const { appends, snapshots, after } = decisions.appends(ctx.options.snapshotEvery);
+    const { appends, snapshots, after } = decisions.appends({ snapshotEvery: ctx.options.snapshotEvery, keptEvery: ctx.options.snapshotsKeptEvery });
     // Invariant 9: what a decision only read is checked at commit too. Locked streams cannot
     // move under this transaction; those decided on unlocked can: the states it trusted
     // (optimistic) and the queue caps it took to be absent.

@@ -14,7 +14,8 @@ import type { CommandResult, KeyCommand } from './key-command.js';
 // decided in order, in place, on the states the lock brought up to date (a Scratch per stream
 // journals the changes, so the flush can roll them back), and what it decided turned into one
 // append per stream, each expecting the revision it was locked at, with a snapshot where a
-// stream passes a multiple of snapshotEvery.
+// stream passes a multiple of snapshotEvery (kept, as a past state, where it passes one of
+// snapshotsKeptEvery).
 
 type StoredEvent = DecidedAppend['events'][number];
 
@@ -123,7 +124,7 @@ export class FlushDecisions {
    * snapshots due (serialised by the commit before it awaits anything, so later changes to a
    * state cannot leak in); and each stream's revision after the commit.
    */
-  appends(snapshotEvery: number): { appends: DecidedAppend[]; snapshots: Snapshot[]; after: Map<string, StreamRevision> } {
+  appends({ snapshotEvery, keptEvery }: { readonly snapshotEvery: number; readonly keptEvery: number }): { appends: DecidedAppend[]; snapshots: Snapshot[]; after: Map<string, StreamRevision> } {
     const appends: DecidedAppend[] = [];
     const snapshots: Snapshot[] = [];
     const after = new Map<string, StreamRevision>();
@@ -134,8 +135,11 @@ export class FlushDecisions {
       const revision = next(before) + events.length - 1;
       after.set(stream, revision);
       appends.push({ stream, expected: before, events: stored, decided: events });
-      if (snapshotEvery > 0 && Math.floor((revision + 1) / snapshotEvery) !== Math.floor(next(before) / snapshotEvery)) {
-        snapshots.push({ stream, revision, schemaVersion: KEY_STATE_SCHEMA_VERSION, state: entry.state as unknown as JsonObject });
+      const passes = (every: number) => every > 0 && Math.floor((revision + 1) / every) !== Math.floor(next(before) / every);
+      if (passes(snapshotEvery)) {
+        // Kept at least as many events apart as the state has jobs: a kept state costs no more room than the events between two.
+        const keep = passes(keptEvery) ? { spacing: Math.max(keptEvery, Object.keys(entry.state.jobs).length) } : undefined;
+        snapshots.push({ stream, revision, schemaVersion: KEY_STATE_SCHEMA_VERSION, state: entry.state as unknown as JsonObject, ...(keep === undefined ? {} : { keep }) });
       }
     }
     return { appends, snapshots, after };

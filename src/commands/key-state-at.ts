@@ -1,5 +1,5 @@
-import { apply, draftOf, initialKeyState, type KeyState } from '../domain/key-state.js';
-import type { EventStore, StreamRevision } from '../domain/ports/event-store.js';
+import { KEY_STATE_SCHEMA_VERSION, apply, draftOf, initialKeyState, snapshotState, type KeyState } from '../domain/key-state.js';
+import type { EventStore, SnapshotStore, StreamRevision } from '../domain/ports/event-store.js';
 import { decodeRecorded } from '../domain/recorded.js';
 import { eachPage } from './job-events.js';
 import type { ReadBudget } from './read-budget.js';
@@ -16,12 +16,23 @@ export interface KeyStateAt {
  * A key's state folded from its stream up to a point: the last event at or before `revision`,
  * or decided at or before `at` (epoch ms). Answers "what did this key look like at 03:12?".
  * Time is the stream's order of decisions, so folding stops at the first event decided later.
- * One state changed in place, a page at a time (see job-events.ts).
+ * One state changed in place, a page at a time (see job-events.ts), from the newest kept state
+ * the fold would pass (`kept`: snapshots_kept; a kept state whose events were all decided by `at`
+ * and lie at or before `revision`), else from the first event: the same state either way (test:
+ * "a state at a past moment is the fold's, from a kept state or not").
  */
-export const keyStateAt = async (store: EventStore, stream: string, until: { readonly revision?: number; readonly at?: number }, budget?: ReadBudget): Promise<KeyStateAt> => {
-  const state = draftOf(initialKeyState);
-  let revision: StreamRevision | 'no_stream' = 'no_stream';
-  let at: number | null = null;
+export const keyStateAt = async (
+  store: EventStore,
+  stream: string,
+  until: { readonly revision?: number; readonly at?: number },
+  budget?: ReadBudget,
+  kept?: Pick<SnapshotStore, 'keptAt'>,
+): Promise<KeyStateAt> => {
+  const from = await kept?.keptAt?.(stream, KEY_STATE_SCHEMA_VERSION, until);
+  const start = from === undefined ? undefined : snapshotState(from.state);
+  const state = draftOf(start ?? initialKeyState);
+  let revision: StreamRevision | 'no_stream' = start === undefined ? 'no_stream' : from!.revision;
+  let at: number | null = start === undefined ? null : from!.lastAt;
   await eachPage(
     store,
     stream,
@@ -36,7 +47,7 @@ export const keyStateAt = async (store: EventStore, stream: string, until: { rea
       }
       return true;
     },
-    { budget },
+    { from: revision === 'no_stream' ? 0 : revision + 1, budget },
   );
   return { state, revision, at };
 };

@@ -11,6 +11,12 @@ export interface KeyWriterOptions {
   readonly logger?: Logger;
   /** Save a snapshot each time a stream passes a multiple of this many events; 0 disables. */
   readonly snapshotEvery?: number;
+  /**
+   * Also keep the snapshot, as a past state (snapshots_kept), each time a stream passes a multiple
+   * of this many events, and at least as many events apart as the state has jobs: a read of the
+   * key at a past moment folds from the newest one before it. A multiple of snapshotEvery; 0 keeps none.
+   */
+  readonly snapshotsKeptEvery?: number;
   /** Transactions a submission may take (conflicts, deferrals, transient failures) before it fails. */
   readonly maxAttempts?: number;
   /** Streams whose states stay cached in this process. */
@@ -42,6 +48,7 @@ export interface KeyWriterOptions {
 
 export const KEY_WRITER_DEFAULTS = {
   snapshotEvery: 1_000,
+  snapshotsKeptEvery: 10_000,
   maxAttempts: 50,
   cacheSize: 10_000,
   maxFlushCommands: 5_000,

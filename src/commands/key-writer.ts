@@ -91,6 +91,12 @@ export class KeyWriter {
     private readonly events: EventStore,
     options: KeyWriterOptions = {},
   ) {
+    const { snapshotEvery, snapshotsKeptEvery } = { ...KEY_WRITER_DEFAULTS, ...options };
+    for (const [field, n] of Object.entries({ snapshotEvery, snapshotsKeptEvery })) {
+      if (!Number.isSafeInteger(n) || n < 0) throw new ValidationError(field, 'must be an integer of 0 or more');
+    }
+    // A kept state is a snapshot the flush saves anyway.
+    if (snapshotEvery > 0 && snapshotsKeptEvery % snapshotEvery !== 0) throw new ValidationError('snapshotsKeptEvery', `must be a multiple of snapshotEvery (${snapshotEvery}), or 0`);
     const log = options.logger ?? silentLogger;
     this.states = new KeyStates(options.cacheSize ?? KEY_WRITER_DEFAULTS.cacheSize, events, log);
     this.ctx = {

@@ -5,6 +5,7 @@ import { jobStreamOf } from '../../src/adapters/postgres/queries/job-stream.js';
 import { createLedger } from '../../src/adapters/ledger.js';
 import { AUDIT_PAGE } from '../../src/commands/audit-page.js';
 import { explainJob } from '../../src/commands/explain.js';
+import { keyStateAt } from '../../src/commands/key-state-at.js';
 import type { EventStore } from '../../src/domain/ports/event-store.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { budgetOf, ReadBudgetError } from '../../src/commands/read-budget.js';
@@ -99,7 +100,8 @@ describe('reads on a key with 3,000 parked jobs and 50,000 events', () => {
           return 0;
         },
       };
-      const at = await serving.keyStateAt('big', { at: T0 + SEC }, { budget });
+      // The fold of the whole key, as for a key whose events predate kept states (migration 20): without them.
+      const at = await keyStateAt(serving.store, keyStream('big'), { at: T0 + SEC }, budget);
       expect('state' in at).toBe(true);
       expect(seen.length).toBeGreaterThan(50); // a page of 1,000 events at a time
       expect(seen.at(-1)!).toBeGreaterThan(seen[0]!);

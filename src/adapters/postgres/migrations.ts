@@ -19,11 +19,12 @@ import { appendRows } from './migrations/0016-append-rows.js';
 import { appendWeeks } from './migrations/0017-append-weeks.js';
 import { jobIndex } from './migrations/0018-job-index.js';
 import { parkedSince } from './migrations/0019-parked-since.js';
+import { keptSnapshots } from './migrations/0020-kept-snapshots.js';
 import type { Migration } from './migrations/migration.js';
 
 export type { Migration } from './migrations/migration.js';
 
-export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName, stoppingHolders, readChecks, leaseGrace, liveRow, appendRows, appendWeeks, jobIndex, parkedSince];
+export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName, stoppingHolders, readChecks, leaseGrace, liveRow, appendRows, appendWeeks, jobIndex, parkedSince, keptSnapshots];
 
 /**
  * Applies the pending migrations, all in one transaction: a process sees the whole schema or the

@@ -1,7 +1,16 @@
 import type pg from 'pg';
-import type { JsonObject, Snapshot, SnapshotStore } from '../../domain/ports/event-store.js';
+import type { JsonObject, KeptSnapshot, Snapshot, SnapshotStore } from '../../domain/ports/event-store.js';
 
-/** Snapshots in the `snapshots` table (migration 1), on a pool it does not own. */
+// $1 stream, $2 schema version, $3 revision (NULL: any), $4 epoch ms (NULL: any): the newest kept
+// state a fold up to them passes (migration 20's snapshots_kept, by its primary key, backwards;
+// decided_until grows with revision, so the first that qualifies is the newest).
+export const KEPT_AT_SQL = `
+SELECT k.revision::text AS revision, k.decided_until::text AS decided_until, k.last_at::text AS last_at, k.state FROM snapshots_kept k
+WHERE k.stream = $1 AND k.schema_version = $2 AND ($3::bigint IS NULL OR k.revision <= $3::bigint) AND ($4::bigint IS NULL OR k.decided_until <= $4::bigint)
+ORDER BY k.revision DESC
+LIMIT 1`;
+
+/** Snapshots in the `snapshots` table (migration 1) and past states in `snapshots_kept` (migration 20), on a pool it does not own. */
 export class PostgresSnapshotStore implements SnapshotStore {
   constructor(private readonly pool: pg.Pool) {}
 
@@ -16,6 +25,12 @@ export class PostgresSnapshotStore implements SnapshotStore {
     );
     const row = rows[0];
     return row && { stream, revision: Number(row.revision), schemaVersion: row.schema_version, state: row.state };
+  }
+
+  async keptAt(stream: string, schemaVersion: number, until: { readonly revision?: number; readonly at?: number }): Promise<KeptSnapshot | undefined> {
+    const { rows } = await this.pool.query<{ revision: string; decided_until: string; last_at: string; state: JsonObject }>(KEPT_AT_SQL, [stream, schemaVersion, until.revision ?? null, until.at ?? null]);
+    const row = rows[0];
+    return row && { stream, schemaVersion, revision: Number(row.revision), decidedUntil: Number(row.decided_until), lastAt: Number(row.last_at), state: row.state };
   }
 
   /** Keeps one snapshot per (stream, schema version); a late save of an older revision changes nothing. */

@@ -190,10 +190,29 @@ export interface Snapshot {
   readonly revision: StreamRevision;
   readonly schemaVersion: number;
   readonly state: JsonObject;
+  /**
+   * Saved by a flush: keep it also as a past state, unless the stream's newest kept one is less
+   * than `spacing` revisions before it.
+   */
+  readonly keep?: { readonly spacing: number };
+}
+
+/** A past state of a stream, kept: where a fold up to a past moment starts. */
+export interface KeptSnapshot extends Snapshot {
+  /** The latest decision time of any event up to `revision`: a fold up to a moment at or after it passes this state. */
+  readonly decidedUntil: number;
+  /** Decision time of the event at `revision`. */
+  readonly lastAt: number;
 }
 
 export interface SnapshotStore {
   /** The newest snapshot of the stream, if any. */
   load(stream: string): Promise<Snapshot | undefined>;
   save(snapshot: Snapshot): Promise<void>;
+  /**
+   * The newest kept state of the stream in this schema that a fold up to `until` passes: at or
+   * before `until.revision`, and decided by `until.at` (decidedUntil <= at). Optional: a store
+   * without kept states leaves it out, and such folds start from the stream's first event.
+   */
+  keptAt?(stream: string, schemaVersion: number, until: { readonly revision?: number; readonly at?: number }): Promise<KeptSnapshot | undefined>;
 }

@@ -104,7 +104,7 @@ describe('migrate', () => {
     expect(weeks.map((r) => r.relname.replace(/\d{8}$/, 'YYYYMMDD'))).toEqual(['appends_archive_rows', 'appends_wYYYYMMDD', 'appends_wYYYYMMDD']);
     expect(found.map((r) => r.relname)).toEqual([
       'appends', 'appends_archive', 'events', 'events_archive', 'jl_archived_weeks', 'jl_jobs', 'jl_key_stats', 'jl_keys', 'jl_lease_grace', 'jl_limit_jobs', 'jl_parked', 'jl_quarantined', 'jl_slots', 'ledger_appends', 'ledger_events', 'ledger_settings', 'projection_checkpoints',
-      'snapshots', 'streams', 'unique_event_ids', 'workers',
+      'snapshots', 'snapshots_kept', 'streams', 'unique_event_ids', 'workers',
     ]);
   });
 });

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PostgresSnapshotStore } from '../../../src/adapters/postgres/postgres-snapshot-store.js';
+import { KEPT_AT_SQL, PostgresSnapshotStore } from '../../../src/adapters/postgres/postgres-snapshot-store.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../../support/database.js';
 
 describe('PostgresSnapshotStore', () => {
@@ -38,5 +38,19 @@ describe('PostgresSnapshotStore', () => {
     expect(await snapshots.load('key:c')).toMatchObject({ revision: 30, schemaVersion: 1 });
     await snapshots.save({ stream: 'key:c', revision: 31, schemaVersion: 2, state: { fresh: true } });
     expect(await snapshots.load('key:c')).toEqual({ stream: 'key:c', revision: 31, schemaVersion: 2, state: { fresh: true } });
+  });
+  it('keptAt: the newest kept state at or before a revision and decided by a moment, of its schema version only', async () => {
+    const keep = (revision: number, decidedUntil: number, schemaVersion = 4) =>
+      db.pool.query('INSERT INTO snapshots_kept (stream, schema_version, revision, decided_until, last_at, state) VALUES ($1, $2, $3, $4, $4, $5)', ['key:k', schemaVersion, revision, decidedUntil, { r: revision }]);
+    await keep(19, 1_000);
+    await keep(39, 5_000);
+    await keep(59, 5_000);
+    await keep(79, 9_000, 3);
+    const at = async (until: { revision?: number; at?: number }) => (await snapshots.keptAt('key:k', 4, until))?.revision;
+    expect([await at({}), await at({ revision: 58 }), await at({ revision: 18 }), await at({ at: 4_999 }), await at({ at: 999 }), await at({ revision: 40, at: 9_999 })]).toEqual([59, 39, undefined, 19, undefined, 39]);
+    expect(await snapshots.keptAt('key:other', 4, {})).toBeUndefined();
+    // Found by the primary key, backwards from the revision.
+    const plan = (await db.pool.query(`EXPLAIN ${KEPT_AT_SQL.replace('$1', "'key:k'").replace('$2', '4').replaceAll('$3', '40').replaceAll('$4', '9999')}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+    expect(plan).toMatch(/Index Scan Backward using snapshots_kept_pkey/);
   });
 });

@@ -233,6 +233,32 @@ SELECT stream, schema_version, revision, state FROM jsonb_to_recordset($1::jsonb
 ON CONFLICT (stream, schema_version) DO UPDATE SET revision = excluded.revision, state = excluded.state, created = now()
 WHERE snapshots.revision < excluded.revision`;
 
+// The snapshots just saved ($1 streams, $2 revisions, $4 schema versions) that are also to be kept
+// as past states (snapshots_kept, migration 20), each unless the stream's newest kept state is
+// fewer than $3 revisions before it. decided_until carries the latest decision time of every event
+// so far: the previous kept state's, and the events since it (read once, here, every
+// snapshotsKeptEvery events; the whole stream for its first kept state). Runs after
+// SAVE_SNAPSHOTS_SQL in the same transaction, whose rows it reads (the state is sent once).
+export const SAVE_KEPT_SNAPSHOTS_SQL = `
+WITH due AS MATERIALIZED (
+  SELECT w.stream, w.revision, w.schema_version, coalesce(p.revision, -1) AS after, p.decided_until
+  FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[]) AS w (stream, revision, spacing, schema_version)
+  LEFT JOIN LATERAL (
+    SELECT k.revision, k.decided_until FROM snapshots_kept k WHERE k.stream = w.stream AND k.schema_version = w.schema_version ORDER BY k.revision DESC LIMIT 1
+  ) p ON true
+  WHERE p.revision IS NULL OR w.revision - p.revision >= w.spacing
+)
+INSERT INTO snapshots_kept (stream, schema_version, revision, decided_until, last_at, state)
+SELECT d.stream, d.schema_version, d.revision, greatest(d.decided_until, t.decided_until), t.last_at, s.state
+FROM due d
+JOIN snapshots s ON s.stream = d.stream AND s.schema_version = d.schema_version AND s.revision = d.revision
+CROSS JOIN LATERAL (
+  SELECT max((e.data->>'at')::bigint) AS decided_until, max((e.data->>'at')::bigint) FILTER (WHERE a.revision + e.i - 1 = d.revision) AS last_at
+  FROM ledger_appends a CROSS JOIN LATERAL jsonb_array_elements(a.data) WITH ORDINALITY AS e (data, i)
+  WHERE a.stream = d.stream AND a.last_revision > d.after AND a.revision <= d.revision AND a.revision + e.i - 1 BETWEEN d.after + 1 AND d.revision
+) t
+ON CONFLICT DO NOTHING`;
+
 // One notification per transaction, whatever it wrote: a subscriber reads from its position anyway.
 export const NOTIFY_EVENTS_SQL = `SELECT pg_notify('${EVENTS_CHANNEL}', '')`;
 

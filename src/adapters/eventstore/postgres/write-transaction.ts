@@ -27,7 +27,7 @@ import { projectAll, statementName } from '../../../projections/apply.js';
 import { ENSURE_WEEKS_SQL } from '../../postgres/append-weeks.js';
 import { claimStatement } from '../../queue/job-queue.js';
 import { eventPrepare, eventsOfRow, type LedgerRow } from '../../../projections/ledger-rows.js';
-import { ADVISORY_SQL, BEGIN_SQL, DELTAS_SQL, LOCK_ROWS_SQL, LOCK_SQL, NOTIFY_EVENTS_SQL, QUARANTINED_SQL, READ_CHECK_SQL, SAVE_SNAPSHOTS_SQL, SNAPSHOTS_SQL, WRITE_FLUSH_SQL, WRITE_RETURNING_SQL, isJobStream, wireAppends, type LockRow } from './stream-sql.js';
+import { ADVISORY_SQL, BEGIN_SQL, DELTAS_SQL, LOCK_ROWS_SQL, LOCK_SQL, NOTIFY_EVENTS_SQL, QUARANTINED_SQL, READ_CHECK_SQL, SAVE_KEPT_SNAPSHOTS_SQL, SAVE_SNAPSHOTS_SQL, SNAPSHOTS_SQL, WRITE_FLUSH_SQL, WRITE_RETURNING_SQL, isJobStream, wireAppends, type LockRow } from './stream-sql.js';
 import { isAbortedTransaction, isMissingWeek, isPgError, mapError, named } from './write-errors.js';
 
 // One transaction of the key writer (src/commands/key-writer.ts), on one pipelining connection,
@@ -183,6 +183,13 @@ export class PgWriteTransaction implements WriteTransaction {
         text: SAVE_SNAPSHOTS_SQL,
         values: [JSON.stringify(commit.snapshots.map((s) => ({ stream: s.stream, schema_version: s.schemaVersion, revision: s.revision, state: s.state })))],
       });
+      const kept = commit.snapshots.filter((s) => s.keep !== undefined);
+      if (kept.length > 0) {
+        statements.push({
+          text: SAVE_KEPT_SNAPSHOTS_SQL,
+          values: [kept.map((s) => s.stream), kept.map((s) => s.revision), kept.map((s) => s.keep!.spacing), kept.map((s) => s.schemaVersion)],
+        });
+      }
     }
     if (this.options.notifyEvents && wire.length > 0) statements.push({ text: NOTIFY_EVENTS_SQL, values: [] });
     statements.push({ text: 'COMMIT', values: [] });
