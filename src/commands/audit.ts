@@ -7,7 +7,7 @@ import { keyStream } from '../domain/streams.js';
 import { Key, NonEmptyString, ValidationError, checkField, refine } from '../domain/values.js';
 import { decodeRecorded } from '../domain/recorded.js';
 import { AUDIT_PAGE, MAX_AUDIT_PAGE } from './audit-page.js';
-import { eachPage, jobEventsOf, limitsOf } from './job-events.js';
+import { eachPage, foldRenewals, foldedJobEvents, jobEventsOf, limitsOf, type FoldedJobEvent } from './job-events.js';
 import type { ReadBudget } from './read-budget.js';
 
 /**
@@ -139,20 +139,13 @@ export const jobHistory = async (deps: AuditDeps, input: JobHistoryInput): Promi
   const renewals = input.renewals === undefined ? 'folded' : checkField('renewals', Renewals, input.renewals);
   const stream = await deps.jobStream(jobId);
   if (stream === null) throw new UnknownJobError(jobId);
-  const events = await jobEventsOf(deps.store, stream, jobId, deps.budget);
   // Folded: a run of renewals of one lease is its last event, with the run's count; only the events
-  // kept are put in words (a job renewed 5,000 times has 5,000 renewals and a handful of lines).
-  const kept: { readonly e: (typeof events)[number]; readonly run?: { count: number; firstAt: number; firstRevision: number } }[] = [];
-  let run: { count: number; firstAt: number; firstRevision: number } | undefined;
-  events.forEach((e, i) => {
-    if (renewals === 'all' || e.event.type !== 'LeaseRenewed') return void kept.push({ e });
-    run ??= { count: 0, firstAt: e.event.data.at, firstRevision: e.revision };
-    run.count++;
-    const after = events[i + 1];
-    if (after?.event.type === 'LeaseRenewed' && after.stream === e.stream && after.event.data.leaseId === e.event.data.leaseId) return;
-    kept.push(run.count > 1 ? { e, run } : { e });
-    run = undefined;
-  });
+  // kept are put in words (a job renewed 5,000 times has 5,000 renewals and a handful of lines),
+  // and where the store counts renewals, only those are read.
+  const kept: readonly FoldedJobEvent[] =
+    renewals === 'all'
+      ? (await jobEventsOf(deps.store, stream, jobId, deps.budget)).map((e) => ({ e }))
+      : ((await foldedJobEvents(deps.store, stream, jobId, deps.budget)) ?? foldRenewals(await jobEventsOf(deps.store, stream, jobId, deps.budget)));
   const words = describeEvents(kept.map(({ e }) => e.event));
   const out: HistoryEvent[] = kept.map(({ e, run }, i) => {
     const d = e.event.data as Record<string, unknown>;

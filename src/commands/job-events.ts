@@ -166,6 +166,58 @@ const indexedJobEvents = async (store: Required<Pick<EventStore, 'readJobEvents'
 /** What an explanation of now reads without: a job renewed its lease every 10 s of an hour has 360 renewals and a handful of other events. */
 const RENEWALS: readonly string[] = ['LeaseRenewed'];
 
+/** A run of renewals of one lease, folded into its last renewal: how many, and the first's time and revision. */
+export interface RenewalFold {
+  readonly count: number;
+  readonly firstAt: number;
+  readonly firstRevision: number;
+}
+
+/** A job's event as its history lists it: a run of renewals is its last renewal, with the run (when it holds more than one). */
+export interface FoldedJobEvent {
+  readonly e: JobEvent;
+  readonly run?: RenewalFold;
+}
+
+/** The job's events with each run of renewals of one lease (consecutive among the job's events, on one stream) folded into its last. */
+export const foldRenewals = (events: readonly JobEvent[]): FoldedJobEvent[] => {
+  const kept: FoldedJobEvent[] = [];
+  let run: { count: number; firstAt: number; firstRevision: number } | undefined;
+  events.forEach((e, i) => {
+    if (e.event.type !== 'LeaseRenewed') return void kept.push({ e });
+    run ??= { count: 0, firstAt: e.event.data.at, firstRevision: e.revision };
+    run.count++;
+    const after = events[i + 1];
+    if (after?.event.type === 'LeaseRenewed' && after.stream === e.stream && after.event.data.leaseId === e.event.data.leaseId) return;
+    kept.push(run.count > 1 ? { e, run } : { e });
+    run = undefined;
+  });
+  return kept;
+};
+
+/**
+ * foldRenewals of the job's events, the renewals counted by the store instead of read
+ * (readJobRenewals): only each run's first and last are read. Undefined when the store cannot
+ * count them, or when an event of the job falls inside a run (foldRenewals would cut it there,
+ * which only reading the run tells): the caller reads every event then. Test: "a history folded
+ * from counted renewals is the one folded from every renewal".
+ */
+export const foldedJobEvents = async (store: EventStore, home: string, jobId: string, budget?: ReadBudget): Promise<FoldedJobEvent[] | undefined> => {
+  if (store.readJobEvents === undefined || store.readJobRenewals === undefined) return undefined;
+  checkBudget(budget);
+  const { events, limits } = await indexedJobEvents(store as Required<Pick<EventStore, 'readJobEvents'>>, home, jobId, RENEWALS);
+  const runs = await store.readJobRenewals(jobId, [home, ...limits.map(keyStream)]);
+  const at = async (stream: string, revision: number) => jobEventOf((await store.readStream(stream, { fromRevision: revision, maxCount: 1 }))[0]!);
+  const ends = await Promise.all(runs.map(async (run) => ({ run, first: await at(run.stream, run.firstRevision), last: await at(run.stream, run.lastRevision) })));
+  const inside = (e: JobEvent, { first, last }: (typeof ends)[number]) => comparePositions(e.position, first.position) > 0 && comparePositions(e.position, last.position) < 0;
+  for (const end of ends) if (events.some((e) => inside(e, end)) || ends.some((other) => other !== end && inside(other.first, end))) return undefined;
+  const folded: FoldedJobEvent[] = [
+    ...events.map((e) => ({ e })),
+    ...ends.map(({ run, first, last }) => (run.count > 1 ? { e: last, run: { count: run.count, firstAt: first.event.data.at, firstRevision: first.revision } } : { e: last })),
+  ];
+  return folded.sort((a, b) => comparePositions(a.e.position, b.e.position));
+};
+
 /** A stream's state as it stands: its latest snapshot and the events after it (the key writer's load). */
 export type StreamLoad = (stream: string) => Promise<{ readonly state: KeyState; readonly revision: StreamRevision | 'no_stream' }>;
 

@@ -145,6 +145,11 @@ export interface EventStore {
    * need not read them): a row that holds nothing else is not read.
    */
   readJobEvents?(jobIds: readonly string[], streams: readonly string[], options?: { readonly except?: readonly string[] }): Promise<RecordedEvent[]>;
+  /**
+   * A job's lease renewals on these streams, counted rather than read: one RenewalRun per stream
+   * and lease. Optional, with readJobEvents (a reader without it reads the renewals).
+   */
+  readJobRenewals?(jobId: string, streams: readonly string[]): Promise<RenewalRun[]>;
   /** Events of every stream (or those with a prefix) in global order, only once no earlier event can still appear. */
   readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
   /**
@@ -181,6 +186,15 @@ export class UnsupportedOperationError extends Error {
   ) {
     super(`${operation} is not supported on ${store}: ${reason}`);
   }
+}
+
+/** A job's renewals of one lease on one stream (EventStore.readJobRenewals). */
+export interface RenewalRun {
+  readonly stream: string;
+  readonly leaseId: string;
+  readonly count: number;
+  readonly firstRevision: StreamRevision;
+  readonly lastRevision: StreamRevision;
 }
 
 /** Versioned state snapshots of a stream, so loading does not read a long stream from the start. */

@@ -33,6 +33,32 @@ WHERE a.stream = ANY($2::text[]) AND NOT starts_with(a.stream, 'job:') AND jl_jo
   AND NOT (a.types <@ $3::text[])
 ORDER BY a.stream, a.revision`;
 
+// $1 job streams (job:<id>), $2 event types left out: their rows that hold an event of another
+// type, by the primary key (a job stream is its job's alone).
+export const READ_JOB_STREAM_ROWS_SQL = `SELECT ${rowColumns('a')} FROM ledger_appends a
+WHERE a.stream = ANY($1::text[]) AND NOT (a.types <@ $2::text[])
+ORDER BY a.stream, a.revision`;
+
+// $1 a job id, $2 job streams, $3 key streams: the job's lease renewals on them, one row per
+// (stream, lease): how many, the first and the last revision. Counted here rather than read: a
+// job renewed 5,000 times has 5,000 renewals and a handful of other events (its history shows a
+// run as one line). Key streams' rows by appends_job_ids (migration 18; its predicate repeated),
+// job streams' by the primary key.
+export const READ_JOB_RENEWALS_SQL = `
+SELECT r.stream, r.data->>'leaseId' AS lease_id, count(*)::int AS count, min(r.revision)::text AS first_revision, max(r.revision)::text AS last_revision
+FROM (
+  SELECT a.stream, a.revision + e.i - 1 AS revision, e.data
+  FROM ledger_appends a CROSS JOIN LATERAL jsonb_array_elements(a.data) WITH ORDINALITY AS e (data, i)
+  WHERE a.stream = ANY($2::text[]) AND 'LeaseRenewed' = ANY(a.types) AND a.types[e.i] = 'LeaseRenewed'
+  UNION ALL
+  SELECT a.stream, a.revision + e.i - 1 AS revision, e.data
+  FROM ledger_appends a CROSS JOIN LATERAL jsonb_array_elements(a.data) WITH ORDINALITY AS e (data, i)
+  WHERE a.stream = ANY($3::text[]) AND NOT starts_with(a.stream, 'job:') AND jl_job_ids(a.data) && ARRAY[$1::text]
+    AND 'LeaseRenewed' = ANY(a.types) AND a.types[e.i] = 'LeaseRenewed' AND e.data->>'jobId' = $1::text
+) r
+GROUP BY r.stream, r.data->>'leaseId'
+ORDER BY r.stream, min(r.revision)`;
+
 /** The events of rows read from `from` on, at most `maxCount`. */
 export const eventsFrom = (rows: readonly LedgerRow[], from: number, maxCount?: number): RecordedEvent[] => {
   const out = rows.flatMap((row) => eventsOfRow(row, from));

@@ -9,6 +9,7 @@ import {
   type ReadAllOptions,
   type ReadStreamOptions,
   type RecordedEvent,
+  type RenewalRun,
   type StreamAppend,
   type StreamRevision,
   type SubscribeOptions,
@@ -22,7 +23,7 @@ import { Notifications } from '../../postgres/listener.js';
 import { PollingSubscription } from './polling-subscription.js';
 import { eventsAfter, type LedgerRow } from '../../../projections/ledger-rows.js';
 import { isJobStream } from './stream-sql.js';
-import { EVENTS_CHANNEL, READ_JOB_ROWS_SQL, READ_STREAMS_SQL, READ_STREAM_SQL, afterParameters, eventsFrom, readAllSql } from './event-rows.js';
+import { EVENTS_CHANNEL, READ_JOB_RENEWALS_SQL, READ_JOB_ROWS_SQL, READ_JOB_STREAM_ROWS_SQL, READ_STREAMS_SQL, READ_STREAM_SQL, afterParameters, eventsFrom, readAllSql } from './event-rows.js';
 import { PgWriteTransaction } from './write-transaction.js';
 
 export { EVENTS_CHANNEL } from './event-rows.js';
@@ -152,12 +153,22 @@ export class PostgresEventStore implements EventStore, LedgerStore {
   async readJobEvents(jobIds: readonly string[], streams: readonly string[], options: { readonly except?: readonly string[] } = {}): Promise<RecordedEvent[]> {
     const except = options.except ?? [];
     const keyed = streams.filter((s) => !isJobStream(s));
-    // A job stream is its job's alone: read whole, by its primary key.
-    const own = await Promise.all(streams.filter(isJobStream).map((s) => this.readStream(s)));
+    const jobStreams = streams.filter(isJobStream);
+    // A job stream is its job's alone: read by its primary key, whole but for the types left out.
+    const own = jobStreams.length === 0 ? [] : (await this.pool.query<LedgerRow>(READ_JOB_STREAM_ROWS_SQL, [jobStreams, except])).rows;
     const rows = keyed.length === 0 || jobIds.length === 0 ? [] : (await this.pool.query<LedgerRow>(READ_JOB_ROWS_SQL, [jobIds, keyed, except])).rows;
     const wanted = new Set(jobIds);
     const left = new Set(except);
-    return [...own.flat(), ...eventsFrom(rows, 0).filter((e) => wanted.has((e.data as { jobId?: string }).jobId ?? ''))].filter((e) => !left.has(e.type));
+    return [...eventsFrom(own, 0), ...eventsFrom(rows, 0).filter((e) => wanted.has((e.data as { jobId?: string }).jobId ?? ''))].filter((e) => !left.has(e.type));
+  }
+
+  async readJobRenewals(jobId: string, streams: readonly string[]): Promise<RenewalRun[]> {
+    const { rows } = await this.pool.query<{ stream: string; lease_id: string; count: number; first_revision: string; last_revision: string }>(READ_JOB_RENEWALS_SQL, [
+      jobId,
+      streams.filter(isJobStream),
+      streams.filter((s) => !isJobStream(s)),
+    ]);
+    return rows.map((r) => ({ stream: r.stream, leaseId: r.lease_id, count: r.count, firstRevision: Number(r.first_revision), lastRevision: Number(r.last_revision) }));
   }
 
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
