@@ -30,9 +30,9 @@ const holderLine = (x: Explanation, h: HolderView): string => `  - ${jobName(h.j
 
 const limitLines = (x: Explanation, l: LimitView): string[] => {
   const name = l.own ? `its key ${l.key}` : `its limit key ${l.key}`;
-  const state = l.paused !== null ? `paused by ${l.paused.by}${l.paused.reason === null ? '' : ` (${l.paused.reason})`} since ${iso(l.paused.since)}` : l.holding >= l.limit ? `full (${l.holding} of ${l.limit} slots held)` : `has a free slot (${l.holding} of ${l.limit} held)`;
+  const state = l.paused !== null ? `is paused by ${l.paused.by}${l.paused.reason === null ? '' : ` (${l.paused.reason})`} since ${iso(l.paused.since)}` : l.holding >= l.limit ? `is full (${l.holding} of ${l.limit} slots held)` : `has a free slot (${l.holding} of ${l.limit} held)`;
   const place = l.place === null ? '' : `; it is ${l.place.n} of ${l.place.of} in line${l.ahead.length === 0 ? '' : ` (ahead: ${l.ahead.join(', ')}${l.place.n - 1 > l.ahead.length ? ', …' : ''})`}`;
-  return [`${name} is ${state}${place}`, ...(l.holders.length === 0 ? [] : [`  held by:`, ...l.holders.map((h) => holderLine(x, h))])];
+  return [`${name} ${state}${place}`, ...(l.holders.length === 0 ? [] : [`  held by:`, ...l.holders.map((h) => holderLine(x, h))])];
 };
 
 const waitLine = (w: Wait): string => {

@@ -108,6 +108,7 @@ describe('explain', () => {
     const x = explain({ jobId: 'w', asOf: T0 + 2 * SEC, home: streamOf(HOME, stopped), limits: [], events: jobEvents(HOME, stopped, 'w') });
     expect(x.limits[0]).toMatchObject({ blocking: true, paused: { by: 'ops', reason: 'vendor outage', since: T0 } });
     expect(x.waits).toMatchObject([{ on: [{ key: 'tenant', why: 'paused' }] }]);
+    expect(explanationInWords(x)).toContain('its key tenant is paused by ops (vendor outage) since');
   });
 
   it('a job under a further limit waits on the limit key that is full, with its holders', () => {
@@ -118,6 +119,9 @@ describe('explain', () => {
     expect(x.limits[1]!.holders).toMatchObject([{ jobId: 'x', home: 'other', lease: { state: 'home' } }]);
     expect(x.waits).toMatchObject([{ kind: 'parked', on: [{ key: 'api', why: 'full' }] }]);
     expect(explanationInWords(x)).toContain('it waits on api');
+    // Regression: "its key tenant is has a free slot" (the verb was said twice).
+    expect(explanationInWords(x)).toContain('its key tenant has a free slot (0 of 2 held)');
+    expect(explanationInWords(x)).toContain('its limit key api is full (1 of 1 slots held)');
   });
 
   it('a scheduled retry: when, and the error of the attempt that failed', () => {
