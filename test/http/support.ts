@@ -47,6 +47,8 @@ export const startTestServer = async (
     tokens?: readonly AccessToken[];
     /** The ledger's clock (default Date.now): event times and lease expiries. */
     clock?: () => number;
+    /** HttpServerOptions.answersFreshMs (default 0, the server's: every poll reads what it depends on). */
+    answersFreshMs?: number;
   } & TestServerAccess = {},
 ): Promise<TestServer> => {
   const db = await createMigratedDatabase(10, { pipeline: true });
@@ -58,8 +60,17 @@ export const startTestServer = async (
     ...(options.clock ? { clock: options.clock } : {}),
     ...(options.sweepIntervalMs === undefined ? {} : { sweepIntervalMs: options.sweepIntervalMs }),
   });
-  const { bodyLimit, tokens, host = '127.0.0.1', publicReads, allowedHosts } = options;
-  const app = await createHttpServer({ ledger, token: TOKEN, host, ...(publicReads ? { publicReads } : {}), ...(allowedHosts ? { allowedHosts } : {}), ...(bodyLimit ? { bodyLimit } : {}), ...(tokens ? { tokens } : {}) });
+  const { bodyLimit, tokens, host = '127.0.0.1', publicReads, allowedHosts, answersFreshMs } = options;
+  const app = await createHttpServer({
+    ledger,
+    token: TOKEN,
+    host,
+    ...(publicReads ? { publicReads } : {}),
+    ...(allowedHosts ? { allowedHosts } : {}),
+    ...(bodyLimit ? { bodyLimit } : {}),
+    ...(tokens ? { tokens } : {}),
+    ...(answersFreshMs === undefined ? {} : { answersFreshMs }),
+  });
   await app.listen({ port: 0, host });
   const { port } = app.server.address() as AddressInfo;
   // A wildcard bind is reached at one of the machine's addresses (the Host check answers to them).

@@ -13,6 +13,13 @@ interface ServeFlags {
 }
 
 /** Resolves at the first SIGTERM/SIGINT; a second one exits at once. */
+/**
+ * How long serve's answer to a page of keys, or to a key, answers the same question again without
+ * a read: the page polls every 2 s, so ten pages on a moving ledger read once a second, not five
+ * times (HttpServerOptions.answersFreshMs).
+ */
+const SERVE_ANSWERS_FRESH_MS = 1_000;
+
 const untilSignalled = (ctx: CommandContext): Promise<void> =>
   new Promise((resolve) => {
     let signals = 0;
@@ -85,6 +92,7 @@ export const registerServe = (program: Command, ctx: CommandContext): void => {
             host: flags.host,
             publicReads: flags.publicReads === true,
             allowedHosts: flags.allowedHost ?? [],
+            answersFreshMs: SERVE_ANSWERS_FRESH_MS,
             logger: ctx.logger.child({ component: 'http' }),
           });
           try {
