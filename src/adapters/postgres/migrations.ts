@@ -32,7 +32,24 @@ export const migrations: readonly Migration[] = [eventStore, queue, readModels, 
  * them take turns, and each re-reads schema_migrations once it holds the lock. `upTo`: only the
  * migrations up to that version (a ledger of an older format, as a test loads one).
  */
-export const migrate = (pool: pg.Pool, { upTo = Infinity }: { readonly upTo?: number } = {}): Promise<void> =>
+export const migrate = async (pool: pg.Pool, { upTo = Infinity }: { readonly upTo?: number } = {}): Promise<void> => {
+  // Every open of a ledger migrates: a schema already current is told by one read, without the
+  // transaction and its lock (each CLI command pays for what opening costs).
+  if (upTo === Infinity && (await appliedVersion(pool)) === migrations.at(-1)!.version) return;
+  await migrateInTransaction(pool, upTo);
+};
+
+/** The newest version applied, or null when the schema has none (not migrated yet). */
+const appliedVersion = async (pool: pg.Pool): Promise<number | null> => {
+  try {
+    return (await pool.query<{ version: number | null }>('SELECT max(version) AS version FROM schema_migrations')).rows[0]!.version;
+  } catch (error) {
+    if ((error as { code?: string }).code === '42P01') return null;
+    throw error;
+  }
+};
+
+const migrateInTransaction = (pool: pg.Pool, upTo: number): Promise<void> =>
   inTransaction(pool, async (client) => {
     // Waits for another process's migrations; READ COMMITTED (inTransaction's), so the SELECT
     // below, a statement after the wait, sees the versions that process committed.

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { SchemaNewerError, migrate, migrations } from '../../../src/adapters/postgres/migrations.js';
 import { createTestDatabase, type TestDatabase } from '../../support/database.js';
 
@@ -41,7 +41,11 @@ describe('migrate', () => {
     const first = await pool.query('SELECT version, name, applied_at FROM schema_migrations ORDER BY version');
     expect(first.rows.map((row) => [row.version, row.name])).toEqual(migrations.map((m) => [m.version, m.name]));
 
+    const query = vi.spyOn(pool, 'query');
     await migrate(pool);
+    // A current schema is told by one read: no transaction, no lock.
+    expect(query).toHaveBeenCalledTimes(1);
+    query.mockRestore();
     const second = await pool.query('SELECT version, name, applied_at FROM schema_migrations ORDER BY version');
     expect(second.rows).toEqual(first.rows);
   });
