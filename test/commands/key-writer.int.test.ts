@@ -994,7 +994,8 @@ describe('snapshots', () => {
     expect(more).toEqual([]);
     expect(Number(snapshot!.revision)).toBe(20);
     expect(snapshot!.schema_version).toBe(KEY_STATE_SCHEMA_VERSION);
-    expect(snapshot!.state).toEqual(JSON.parse(JSON.stringify(stateOf(events.slice(0, 21)))));
+    // Stored as JSON text (migration 20).
+    expect(JSON.parse(snapshot!.state as string)).toEqual(JSON.parse(JSON.stringify(stateOf(events.slice(0, 21)))));
     // Written by the transaction that appended revision 20 (the row's xmin is its transaction id).
     expect(BigInt(snapshot!.xmin)).toBe(events[20]!.position.commit & 0xffffffffn);
   });
@@ -1026,14 +1027,19 @@ describe('snapshots', () => {
     expect({ state, revision }).toEqual({ state: stateOf(await eventsOf(stream)), revision: 29 });
   });
 
-  it('a snapshot that does not decode is ignored: the stream is folded', async () => {
-    const stream = keyStream('snap-corrupt');
-    const w = openWriter('snap-corrupt', { snapshotEvery: 10 });
-    await churn(w, stream, 5, 'snap-corrupt-holder');
-    await db.pool.query(`UPDATE snapshots SET state = '{"limit": "one"}' WHERE stream = $1`, [stream]);
-    const { decided } = await freshDecides(stream, 'snap-corrupt-fresh');
+  it.each([
+    ['does not decode', '{"limit": "one"}', 1],
+    ['is not JSON (cut short)', '{"limit": 1, "jobs": {', 2],
+    ['is JSON but no object', '[1, 2]', 3],
+  ])('a snapshot that %s is ignored: the stream is folded', async (_what, text, n) => {
+    const what = String(n);
+    const stream = keyStream(`snap-corrupt-${what}`);
+    const w = openWriter(`snap-corrupt-${what}`, { snapshotEvery: 10 });
+    await churn(w, stream, 5, `snap-corrupt-holder-${what}`);
+    await db.pool.query(`UPDATE snapshots SET state = $2 WHERE stream = $1`, [stream, text]);
+    const { decided } = await freshDecides(stream, `snap-corrupt-fresh-${what}`);
     expect(decided.events.map((e) => e.type)).toEqual(['JobEnqueued', 'JobParked']);
-    const loaded = openWriter('snap-corrupt-load');
+    const loaded = openWriter(`snap-corrupt-load-${what}`);
     const { state, revision } = await loaded.writer.load(stream);
     expect({ state, revision }).toEqual({ state: stateOf(await eventsOf(stream)), revision: 29 });
     await foldChecked(stream);

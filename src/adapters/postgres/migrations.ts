@@ -33,20 +33,17 @@ export const migrations: readonly Migration[] = [eventStore, queue, readModels, 
  * migrations up to that version (a ledger of an older format, as a test loads one).
  */
 export const migrate = async (pool: pg.Pool, { upTo = Infinity }: { readonly upTo?: number } = {}): Promise<void> => {
-  // Every open of a ledger migrates: a schema already current is told by one read, without the
+  // Every open of a ledger migrates: a schema already current is told by two reads, without the
   // transaction and its lock (each CLI command pays for what opening costs).
   if (upTo === Infinity && (await appliedVersion(pool)) === migrations.at(-1)!.version) return;
   await migrateInTransaction(pool, upTo);
 };
 
-/** The newest version applied, or null when the schema has none (not migrated yet). */
+/** The newest version applied, or null when the schema has none (not migrated yet: asked first, so no statement fails and no error reaches the server's log). */
 const appliedVersion = async (pool: pg.Pool): Promise<number | null> => {
-  try {
-    return (await pool.query<{ version: number | null }>('SELECT max(version) AS version FROM schema_migrations')).rows[0]!.version;
-  } catch (error) {
-    if ((error as { code?: string }).code === '42P01') return null;
-    throw error;
-  }
+  const { rows } = await pool.query<{ present: boolean }>(`SELECT to_regclass('schema_migrations') IS NOT NULL AS present`);
+  if (!rows[0]!.present) return null;
+  return (await pool.query<{ version: number | null }>('SELECT max(version) AS version FROM schema_migrations')).rows[0]!.version;
 };
 
 const migrateInTransaction = (pool: pg.Pool, upTo: number): Promise<void> =>

@@ -10,13 +10,27 @@ WHERE k.stream = $1 AND k.schema_version = $2 AND ($3::bigint IS NULL OR k.revis
 ORDER BY k.revision DESC
 LIMIT 1`;
 
+/**
+ * A stored state (JSON text, migration 20) as the object it holds. One that does not parse reads as
+ * an empty object, which no state is: the reader's check (snapshotState) refuses it and the stream
+ * is folded instead, as for any snapshot that does not check out.
+ */
+export const parseSnapshotState = (text: string): JsonObject => {
+  try {
+    const parsed: unknown = JSON.parse(text);
+    return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) ? (parsed as JsonObject) : {};
+  } catch {
+    return {};
+  }
+};
+
 /** Snapshots in the `snapshots` table (migration 1) and past states in `snapshots_kept` (migration 20), on a pool it does not own. */
 export class PostgresSnapshotStore implements SnapshotStore {
   constructor(private readonly pool: pg.Pool) {}
 
   /** The snapshot with the highest revision, whatever its schema version: the caller checks that. */
   async load(stream: string): Promise<Snapshot | undefined> {
-    const { rows } = await this.pool.query<{ revision: string; schema_version: number; state: JsonObject }>(
+    const { rows } = await this.pool.query<{ revision: string; schema_version: number; state: string }>(
       `SELECT revision, schema_version, state FROM snapshots
        WHERE stream = $1
        ORDER BY revision DESC, schema_version DESC
@@ -24,13 +38,13 @@ export class PostgresSnapshotStore implements SnapshotStore {
       [stream],
     );
     const row = rows[0];
-    return row && { stream, revision: Number(row.revision), schemaVersion: row.schema_version, state: row.state };
+    return row && { stream, revision: Number(row.revision), schemaVersion: row.schema_version, state: parseSnapshotState(row.state) };
   }
 
   async keptAt(stream: string, schemaVersion: number, until: { readonly revision?: number; readonly at?: number }): Promise<KeptSnapshot | undefined> {
-    const { rows } = await this.pool.query<{ revision: string; decided_until: string; last_at: string; state: JsonObject }>(KEPT_AT_SQL, [stream, schemaVersion, until.revision ?? null, until.at ?? null]);
+    const { rows } = await this.pool.query<{ revision: string; decided_until: string; last_at: string; state: string }>(KEPT_AT_SQL, [stream, schemaVersion, until.revision ?? null, until.at ?? null]);
     const row = rows[0];
-    return row && { stream, schemaVersion, revision: Number(row.revision), decidedUntil: Number(row.decided_until), lastAt: Number(row.last_at), state: row.state };
+    return row && { stream, schemaVersion, revision: Number(row.revision), decidedUntil: Number(row.decided_until), lastAt: Number(row.last_at), state: parseSnapshotState(row.state) };
   }
 
   /** Keeps one snapshot per (stream, schema version); a late save of an older revision changes nothing. */

@@ -227,9 +227,10 @@ SELECT count(*) FROM written`;
 // transaction that read nothing of this one's, which is then ordered after it.
 export const READ_CHECK_SQL = `SELECT jl_check_read($1::text[], $2::bigint[])`;
 
+// $1 streams, $2 schema versions, $3 revisions, $4 states (JSON text: stored as it comes, migration 20).
 export const SAVE_SNAPSHOTS_SQL = `
 INSERT INTO snapshots (stream, schema_version, revision, state)
-SELECT stream, schema_version, revision, state FROM jsonb_to_recordset($1::jsonb) AS x (stream text, schema_version int, revision bigint, state jsonb)
+SELECT stream, schema_version, revision, state FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[]) AS x (stream, schema_version, revision, state)
 ON CONFLICT (stream, schema_version) DO UPDATE SET revision = excluded.revision, state = excluded.state, created = now()
 WHERE snapshots.revision < excluded.revision`;
 

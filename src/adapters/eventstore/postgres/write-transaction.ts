@@ -2,7 +2,6 @@ import type pg from 'pg';
 import type { KeyEvent } from '../../../domain/events.js';
 import {
   type GlobalPosition,
-  type JsonObject,
   type RecordedEvent,
   type Snapshot,
   type StreamRevision,
@@ -25,6 +24,7 @@ import { keyOfStream } from '../../../projections/projection.js';
 import { WRITER, quarantineOf, recordQuarantines, type Quarantine } from '../../../projections/quarantine.js';
 import { projectAll, statementName } from '../../../projections/apply.js';
 import { ENSURE_WEEKS_SQL } from '../../postgres/append-weeks.js';
+import { parseSnapshotState } from '../../postgres/postgres-snapshot-store.js';
 import { claimStatement } from '../../queue/job-queue.js';
 import { eventPrepare, eventsOfRow, type LedgerRow } from '../../../projections/ledger-rows.js';
 import { ADVISORY_SQL, BEGIN_SQL, DELTAS_SQL, LOCK_ROWS_SQL, LOCK_SQL, NOTIFY_EVENTS_SQL, QUARANTINED_SQL, READ_CHECK_SQL, SAVE_KEPT_SNAPSHOTS_SQL, SAVE_SNAPSHOTS_SQL, SNAPSHOTS_SQL, WRITE_FLUSH_SQL, WRITE_RETURNING_SQL, isJobStream, wireAppends, type LockRow } from './stream-sql.js';
@@ -121,8 +121,8 @@ export class PgWriteTransaction implements WriteTransaction {
         { text: SNAPSHOTS_SQL, values: wanted },
         { text: DELTAS_SQL, values: wanted },
       ]);
-      for (const r of snapshots!.rows as { stream: string; revision: string; state: JsonObject }[]) {
-        snaps.set(r.stream, { stream: r.stream, revision: Number(r.revision), schemaVersion: this.options.schemaVersion, state: r.state });
+      for (const r of snapshots!.rows as { stream: string; revision: string; state: string }[]) {
+        snaps.set(r.stream, { stream: r.stream, revision: Number(r.revision), schemaVersion: this.options.schemaVersion, state: parseSnapshotState(r.state) });
       }
       for (const stream of again) found.get(stream)!.events = [];
       for (const row of deltas!.rows as LedgerRow[]) {
@@ -181,7 +181,7 @@ export class PgWriteTransaction implements WriteTransaction {
     if (commit.snapshots?.length) {
       statements.push({
         text: SAVE_SNAPSHOTS_SQL,
-        values: [JSON.stringify(commit.snapshots.map((s) => ({ stream: s.stream, schema_version: s.schemaVersion, revision: s.revision, state: s.state })))],
+        values: [commit.snapshots.map((s) => s.stream), commit.snapshots.map((s) => s.schemaVersion), commit.snapshots.map((s) => s.revision), commit.snapshots.map((s) => JSON.stringify(s.state))],
       });
       const kept = commit.snapshots.filter((s) => s.keep !== undefined);
       if (kept.length > 0) {
