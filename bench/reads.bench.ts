@@ -40,6 +40,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { createLedger } from '../src/adapters/ledger.js';
 import { silentLogger } from '../src/domain/ports/logger.js';
+import { keyStream } from '../src/domain/streams.js';
 import { ensureLedger, eventCount, lockLedger, SCALES, type Built, type Scale } from './reads-ledger.js';
 import { figuresOf, series, startServe, timedCli, timedGet, type Figures, type Sample, type Serve } from './reads-probes.js';
 import { quantile, serverUrl } from './scratch-database.js';
@@ -57,6 +58,8 @@ interface Read {
 interface View {
   readonly name: string;
   readonly reads: readonly Read[];
+  /** false for a view the page never polls (a key's audit): shown, and left out of the poll-size goal. */
+  readonly pagePoll?: false;
 }
 
 const query = (params: Record<string, string>) => new URLSearchParams(params).toString();
@@ -80,7 +83,7 @@ const viewsOf = (s: Built['subjects']): readonly View[] => {
       { label: `GET /api/jobs/explain?jobId=${jobId}`, path: `/api/jobs/explain?${query({ jobId })}` },
     ],
   });
-  const audit = (name: string, key: string): View => ({ name, reads: [{ label: `GET /api/audit?key=${key}`, path: `/api/audit?${query({ key })}` }] });
+  const audit = (name: string, key: string): View => ({ name, pagePoll: false, reads: [{ label: `GET /api/audit?key=${key}`, path: `/api/audit?${query({ key })}` }] });
   return [
     key('the big key', s.bigKey),
     key('an ordinary key', s.ordinaryKey),
@@ -208,14 +211,14 @@ const MOVER_KEY = 'bench/mover';
 const startMover = async (databaseUrl: string, everyMs: number): Promise<{ stop(): Promise<{ moves: number; events: number }> }> => {
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 2 });
   const ledger = await createLedger({ pool, migrate: false, logger: silentLogger });
+  // What it adds is counted on its own stream (its first run also sets the key's limit and admits a holder).
+  const ownEvents = async () => Number((await pool.query<{ n: string }>(`SELECT coalesce(sum(cardinality(types)), 0) AS n FROM appends WHERE stream = $1`, [keyStream(MOVER_KEY)])).rows[0]!.n);
+  const before = await ownEvents();
   let moves = 0;
-  let events = 0;
   let stopped = false;
   const loop = (async () => {
     while (!stopped) {
       const { status } = await ledger.enqueue({ name: 'mover', key: MOVER_KEY, limit: 1, whenFull: 'reject' });
-      // JobEnqueued, then SlotAcquired (the first) or JobRejected.
-      events += 2;
       moves += status === 'rejected' ? 1 : 0;
       await sleep(everyMs);
     }
@@ -224,6 +227,7 @@ const startMover = async (databaseUrl: string, everyMs: number): Promise<{ stop(
     stop: async () => {
       stopped = true;
       await loop;
+      const events = (await ownEvents()) - before;
       await ledger.close();
       await pool.end();
       return { moves, events };
@@ -402,16 +406,19 @@ const soloTable = (solo: Map<string, Alone>, o: Options): string =>
     }),
   );
 
-const pollTable = (page: PageSamples, o: Options, goals: Goal[]): string => {
+const pollTable = (page: PageSamples, views: readonly View[], o: Options, goals: Goal[]): string => {
+  const polled = new Set(views.filter((v) => v.pagePoll !== false).map((v) => v.name));
   const rows = [...page.polls].map(([view, { pollers, samples }]) => {
     const f = figuresOf(samples);
-    return { view, pollers, f, ok: f.n > 0 && f.maxBytes <= GOALS.pollBytes };
+    return { view, pollers, f, goal: polled.has(view), ok: f.n > 0 && f.maxBytes <= GOALS.pollBytes };
   });
-  const over = rows.filter((r) => !r.ok);
-  goals.push({ goal: `no poll over ${size(GOALS.pollBytes)} (a refresh: the overview's reads and the view's)`, ok: over.length === 0, detail: over.length === 0 ? `largest ${size(Math.max(...rows.map((r) => r.f.maxBytes)))}` : over.map((r) => `${r.view}: ${size(r.f.maxBytes)}`).join('; ') });
+  // The goal is the page's: a view it never polls (a key's audit, a page of 1,000 events) is shown, not counted.
+  const counted = rows.filter((r) => r.goal);
+  const over = counted.filter((r) => !r.ok);
+  goals.push({ goal: `no poll over ${size(GOALS.pollBytes)} (a refresh of the page: the overview's reads and the view's)`, ok: over.length === 0, detail: over.length === 0 ? `largest ${size(Math.max(...counted.map((r) => r.f.maxBytes)))}` : over.map((r) => `${r.view}: ${size(r.f.maxBytes)}`).join('; ') });
   return table(
     ['open view', 'pollers', 'polls', 'p50 ms', 'p99 ms', 'max ms', 'bytes a poll, median / max', `≤ ${size(GOALS.pollBytes)}`],
-    rows.map(({ view, pollers, f, ok }) => [view, String(pollers), outcomes(f), ms(f.p50, Infinity), ms(f.p99, Infinity), ms(f.max, Infinity), `${size(f.medianBytes)} / ${size(f.maxBytes)}`, met(ok)]),
+    rows.map(({ view, pollers, f, goal, ok }) => [view, String(pollers), outcomes(f), ms(f.p50, Infinity), ms(f.p99, Infinity), ms(f.max, Infinity), `${size(f.medianBytes)} / ${size(f.maxBytes)}`, goal ? met(ok) : 'not a page poll']),
   );
 };
 
@@ -519,7 +526,7 @@ const run = async (o: Options, built: Built): Promise<void> => {
     const lagAfter = await scrapeTickLag(serve);
     if (page !== undefined) {
       sections.push(`### Page reads, ${o.pollers} pollers for ${pollingS.toFixed(0)} s\n\n${pageTable(page, reads, o, goals)}`);
-      sections.push(`### Polls (a refresh: overview and open view)\n\n${pollTable(page, o, goals)}`);
+      sections.push(`### Polls (a refresh: overview and open view)\n\n${pollTable(page, views, o, goals)}`);
     }
     sections.push(tickLagLines(lagBefore, lagAfter, pollingS, goals));
     if (abandoned > 0) sections.push(`after the pollers: ${abandoned} statement${abandoned === 1 ? '' : 's'} still running in serve (of reads they had timed out, or the sweeper's) cancelled before /metrics was scraped`);
