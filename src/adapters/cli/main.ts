@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import './compile-cache.js';
 import { existsSync, readFileSync } from 'node:fs';
 import { createContext } from './context.js';
 import { runCli } from './program.js';
