@@ -16,6 +16,10 @@ import { defineConfig, type Plugin } from 'rolldown';
 //
 // The library (package.json "main") stays dist/src, unbundled: a handlers module that imports
 // jobledger gets that, and the two meet only through plain values and Symbol.for (define-job.ts).
+//
+// Quiet: `npm run build` runs rolldown with CONSOLA_LEVEL=1 (rolldown's CLI logs through consola),
+// which keeps its warnings and errors (a failed build exits 1) and drops the size of each chunk,
+// some 60 lines a user read before the demo's first.
 
 const OUT = 'dist/cli';
 

@@ -52,13 +52,13 @@ describe('the dashboard in headless Chromium', () => {
     expect(await card('card-at-limit').textContent()).toBe('2');
     expect(await card('card-keys').textContent()).toBe('of 3 keys');
     expect(await card('card-parked').textContent()).toBe('2');
-    expect(await card('card-oldest').textContent()).toMatch(/\d s$/);
+    expect(await card('card-oldest').textContent()).toMatch(/\d sec$/);
     // The ledger's size (the catalog's estimate of its rows, and its bytes), live and archived.
     expect(await card('card-ledger').textContent()).toMatch(/^\d+ events$/);
     expect(await card('card-ledger-size').textContent()).toMatch(/^[\d.]+ MB live, 0 MB archived$/);
     const rows = page.locator('#keys-body tr');
     expect(await rows.count()).toBe(3);
-    expect(await page.locator('#keys-body tr[data-key="shop/orders"] td').allTextContents()).toEqual(['shop/ordersneeds attention', '2 / 2at limit', 'worker gone', '1', '0', expect.stringMatching(/ s$/)]);
+    expect(await page.locator('#keys-body tr[data-key="shop/orders"] td').allTextContents()).toEqual(['shop/ordersneeds attention', '2 / 2at limit', 'worker gone', '1', '0', expect.stringMatching(/ sec$/)]);
     expect(await page.locator('#keys-body tr[data-key="ключ 🔑"] td').nth(1).textContent()).toBe('1 / 2');
   });
 

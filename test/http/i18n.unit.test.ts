@@ -90,14 +90,42 @@ describe('formatting in the chosen language, whatever the locale', () => {
     expect(translator(CATALOGUE, 'sv').parts('guest.fromKey', { key: { node: true } })).toEqual(['från nyckeln ', { node: true }]);
   });
 
-  it('durations and relative times in the language: units, decimal separator, ago and ahead', () => {
+  it("durations and relative times in the language: Intl's units, decimal separator, ago and ahead", () => {
     const nl = translator(CATALOGUE, 'nl');
-    expect(nl.duration(4_250)).toBe('4,3 s');
-    expect(nl.duration(3 * 3_600_000 + 5 * 60_000)).toBe('3 u 5 min');
-    expect(nl.relative(-90_000)).toBe('1 min 30 s geleden');
+    expect(nl.duration(4_250)).toBe('4,3 sec');
+    expect(nl.duration(3 * 3_600_000 + 5 * 60_000)).toBe('3 uur 5 min');
+    expect(nl.relative(-90_000)).toBe('1 min 30 sec geleden');
     expect(translator(CATALOGUE, 'pt').relative(-2_000)).toBe('há 2,0 s');
     expect(translator(CATALOGUE, 'sv').relative(75_000)).toBe('om 1 min 15 s');
-    expect(translator(CATALOGUE, 'en').duration(2 * 86_400_000 + 3_600_000)).toBe('2 d 1 h');
+    expect(translator(CATALOGUE, 'en').duration(2 * 86_400_000 + 3_600_000)).toBe('2 days 1 hr');
+  });
+
+  // Regression (issue 25): a duration's units were the catalogue's own ("{n} d" in every language,
+  // never a plural); Intl's carry each language's words and plural forms.
+  it('a day and two days in each language, as Intl says them', () => {
+    const days = (lang: string) => [86_400_000, 2 * 86_400_000].map((ms) => translator(CATALOGUE, lang).duration(ms));
+    expect(days('en')).toEqual(['1 day 0 hr', '2 days 0 hr']);
+    expect(days('nl')).toEqual(['1 dag 0 uur', '2 dagen 0 uur']);
+    expect(days('pt')).toEqual(['1 dia 0 h', '2 dias 0 h']);
+    expect(days('sv')).toEqual(['1 d 0 tim', '2 d 0 tim']);
+  });
+
+  it('pt and sv: singular and plural by Intl.PluralRules (pt: 0 and 1 singular, a million its own form; sv: 1 alone singular)', () => {
+    const pt = translator(CATALOGUE, 'pt');
+    const sv = translator(CATALOGUE, 'sv');
+    expect([0, 1, 2, 1_000_000].map((count) => pt.t('cards.ofKeys', { count }))).toEqual(['de 0 chave', 'de 1 chave', 'de 2 chaves', 'de 1.000.000 chaves']);
+    expect([0, 1, 2].map((count) => sv.t('workers.summaryLive', { count }))).toEqual(['0 aktiva', '1 aktiv', '2 aktiva']);
+    expect([1, 2].map((count) => pt.t('workers.moreJobs', { count }))).toEqual(['+1 outra', '+2 outras']);
+  });
+
+  it.each([
+    ['en', 'of 1,234,567 keys'],
+    ['nl', 'van 1.234.567 sleutels'],
+    ['pt', 'de 1.234.567 chaves'],
+    ['sv', 'av 1\u00a0234\u00a0567 nycklar'],
+  ])('%s: a number with thousands separators, as Intl.NumberFormat groups it', (lang, text) => {
+    expect(translator(CATALOGUE, lang).t('cards.ofKeys', { count: 1_234_567 })).toBe(text);
+    expect(text).toContain(new Intl.NumberFormat(lang).format(1_234_567));
   });
 
   it('dates in the language: a Dutch month is Dutch', () => {

@@ -83,9 +83,9 @@ describe('121 keys in the dashboard', () => {
     await expect.poll(kinds).toEqual(['queue-without-consumer', 'holders-unstarted', 'holders-worker-gone']);
     const unstarted = page.locator('#warnings-list li[data-kind="holders-unstarted"]');
     expect(await unstarted.textContent()).toMatch(
-      /^120 keys have holders admitted and not started, the oldest for 1 min \d+ s: no worker takes them\. Queue nobody, where they wait, has no live worker reading it\. tenant-000, tenant-001, tenant-002, tenant-003, tenant-004 and 115 more$/,
+      /^120 keys have holders admitted and not started, the oldest for 1 min \d+ sec: no worker takes them\. Queue nobody, where they wait, has no live worker reading it\. tenant-000, tenant-001, tenant-002, tenant-003, tenant-004 and 115 more$/,
     );
-    expect(await page.locator('#warnings-list li[data-kind="queue-without-consumer"]').textContent()).toMatch(/^Queue nobody: 121 messages, the oldest 1 min \d+ s old, and no live worker reading it\.$/);
+    expect(await page.locator('#warnings-list li[data-kind="queue-without-consumer"]').textContent()).toMatch(/^Queue nobody: 121 messages, the oldest 1 min \d+ sec old, and no live worker reading it\.$/);
     // Every tenant needs attention now: the table's first page says so.
     await expect.poll(() => page.locator('#keys-body .attention-badge').count()).toBe(50);
     await unstarted.locator('a', { hasText: 'tenant-003' }).click();

@@ -128,14 +128,14 @@ describe("the operator's page, in headless Chromium", () => {
     expect(await live.getAttribute('class')).toBeNull();
     const cells = await live.locator('td').allTextContents();
     expect(cells.slice(0, 5)).toEqual([worker.workerId, 'live', expect.stringMatching(new RegExp(`, pid ${process.pid}$`)), 'served', '2']);
-    expect(cells[6]).toMatch(/ s ago$/);
+    expect(cells[6]).toMatch(/ sec ago$/);
     await expect.poll(() => page.locator('#workers-summary').textContent(), { timeout: 10_000 }).toBe('1 live · 1 gone');
     expect(await page.locator('#card-workers').textContent()).toBe('1');
     expect(await page.locator('#card-workers-gone').textContent()).toBe('1 gone');
 
     const nobody = page.locator('#queues-body tr[data-queue="nobody"]');
     expect(await nobody.getAttribute('class')).toBe('alert');
-    expect(await nobody.locator('td').allTextContents()).toEqual(['nobodyno live consumer', '1', '1', expect.stringMatching(/ s$/), '0 workers (0 at once)']);
+    expect(await nobody.locator('td').allTextContents()).toEqual(['nobodyno live consumer', '1', '1', expect.stringMatching(/ sec$/), '0 workers (0 at once)']);
     const served = page.locator('#queues-body tr[data-queue="served"]');
     expect(await served.getAttribute('class')).toBeNull();
     expect(await served.locator('td').nth(4).textContent()).toBe('1 worker (2 at once)');
@@ -211,7 +211,7 @@ describe("the operator's page, in headless Chromium", () => {
     expect(await line.locator('.place').textContent()).toBe('Place 2 of 2 in the line.');
     expect(await line.locator('.ahead').textContent()).toBe('1 job ahead of it: line-2');
     expect(await line.locator('.ahead a').getAttribute('href')).toBe('#job=line-2');
-    expect(await line.locator('.holders-why li[data-job="line-1"]').textContent()).toMatch(/^line-1 admitted, not started for .+ s$/);
+    expect(await line.locator('.holders-why li[data-job="line-1"]').textContent()).toMatch(/^line-1 admitted, not started for .+ sec$/);
     expect(await page.locator('#job-standing').textContent()).toContain('It is parked: it starts when every key below has a slot for it');
     expect(await page.locator('#job-waits li').textContent()).toMatch(/^parked .+ on line \(full\)$/);
 

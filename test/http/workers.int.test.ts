@@ -58,9 +58,12 @@ describe('GET /api/workers', () => {
         stoppedAt: null,
         state: 'live',
         holding: 1,
+        runningJobs: [{ jobId: 'wr-1', key: 'w/running' }],
+        runningJobCount: 1,
       },
     ]);
   });
+
 
   it('refuses a query field it does not know (400 naming it)', async () => {
     await s.refused(() => s.get('/api/workers', { state: 'live' }), 400, 'state');
@@ -150,5 +153,22 @@ describe('GET /metrics stays bounded', () => {
     expect(series(text, 'jobledger_ledger_events').get('table="events_archive"')).toBe(0);
     expect(series(text, 'jobledger_ledger_bytes').get('table="events"')).toBeGreaterThan(8192);
     expect(series(text, 'jobledger_ledger_bytes').get('table="events_archive"')).toBeGreaterThan(0);
+  });
+});
+
+describe('GET /api/workers: which jobs each worker runs', () => {
+  it('names the first 5 jobs a worker runs, newest first, and counts them all (issue 25: the table showed counts, not which jobs)', async () => {
+    const own = await startTestServer();
+    await own.db.pool.query(
+      `INSERT INTO workers (id, host, pid, queue, concurrency, heartbeat_ms, started_at, last_seen, running) VALUES ('busy', 'h', 1, 'busy', 8, 3600000, now(), now(), 7)`,
+    );
+    const ids = Array.from({ length: 7 }, (_, i) => `busy-${i}`);
+    for (const jobId of ids) {
+      await own.ledger.enqueue({ name: 'run', key: `busy/${jobId}`, limit: 1, queue: 'busy', jobId });
+      await own.start(`busy/${jobId}`, jobId, 'busy');
+    }
+    const busy = (await own.get('/api/workers')).body.workers.find((w: { id: string }) => w.id === 'busy');
+    await own.close();
+    expect(busy).toMatchObject({ state: 'live', runningJobCount: 7, runningJobs: ids.slice(2).reverse().map((jobId) => ({ jobId, key: `busy/${jobId}` })) });
   });
 });

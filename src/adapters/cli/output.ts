@@ -29,3 +29,14 @@ export const time = (epochMs: number | null | undefined): string => (epochMs == 
  * message quoting what the user typed stays one line.
  */
 export const oneLine = (text: string): string => text.replace(/[\u0000-\u001f\u007f]/g, (c) => JSON.stringify(c).slice(1, -1));
+
+/**
+ * `text` for a table cell of at most `width` characters: its first line (an error's message, not
+ * its stack), whitespace runs as one space, cut with "…" when longer; one line, as oneLine makes it.
+ */
+export const shortened = (text: string | null, width: number): string | null => {
+  if (text === null) return null;
+  const first = text.trim().split(/\r?\n/, 1)[0]!.replace(/\s+/g, ' ');
+  const line = oneLine(first);
+  return line.length <= width ? line : `${line.slice(0, width - 1)}…`;
+};

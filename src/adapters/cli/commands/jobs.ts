@@ -1,11 +1,29 @@
-import type { Command } from 'commander';
-import type { JobStatusFilter } from '../../postgres/queries/list-jobs.js';
+import { Option, type Command } from 'commander';
+import type { JobRow, JobStatusFilter } from '../../postgres/queries/list-jobs.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { asUsage } from '../errors.js';
-import { print, table, time } from '../output.js';
+import { print, shortened, table, time } from '../output.js';
 import { integer } from '../parse.js';
 
 const FLAG_OF = { key: '--key', name: '--name', queue: '--queue', status: '--status', limit: '--limit', cursor: '--cursor' };
+
+/**
+ * What --status takes, its help and its error both: the statuses the ledger's listing filters on
+ * (JobStatusFilter in list-jobs.ts), named here because that module loads io-ts and --help must
+ * not (test/cli/start.e2e.test.ts). test/cli/jobs-status.unit.test.ts holds the two lists equal.
+ */
+export const JOB_STATUS_FILTERS = ['pending', 'scheduled', 'parked', 'holding', 'running', 'completed', 'dead', 'cancelled', 'discarded', 'failed'] as const satisfies readonly JobStatusFilter[];
+
+/** The widest an error or reason is in the table: a stack trace or a long message must not push the row across the screen (--json has it whole). */
+export const ERROR_WIDTH = 60;
+
+/**
+ * A dead job's or a failed one's error (status dead, or scheduled after a used attempt): the
+ * reason of a dead job only says its attempts ran out, which the attempts column shows. Any other
+ * job: how it finished (cancelled by, discarded by), else its last error.
+ */
+const errorOrReason = (j: JobRow): string | null =>
+  shortened(j.status === 'dead' || (j.status === 'scheduled' && j.attempts > 0) ? (j.lastError ?? j.finishReason) : (j.finishReason ?? j.lastError), ERROR_WIDTH);
 
 export const registerJobs = (program: Command, ctx: CommandContext): void => {
   program
@@ -14,17 +32,17 @@ export const registerJobs = (program: Command, ctx: CommandContext): void => {
     .option('--key <key>', 'only jobs of this concurrency key')
     .option('--name <name>', 'only jobs of this name')
     .option('--queue <queue>', 'only jobs of this dispatch queue')
-    .option('--status <status>', 'only jobs in this status: scheduled, parked, holding, running, completed, dead, cancelled, discarded, or failed (waiting for a retry after a failed attempt)')
+    .addOption(new Option('--status <status>', 'only jobs in this status (failed: waiting for a retry after a failed attempt)').choices(JOB_STATUS_FILTERS))
     .option('--limit <n>', 'at most n jobs, 1-1000 (default: 50)', integer('--limit'))
     .option('--cursor <cursor>', 'the page after the one that printed this cursor')
     .option('--json', 'machine-readable output')
-    .action(async (flags: { key?: string; name?: string; queue?: string; status?: string; limit?: number; cursor?: string; json?: boolean }) => {
-      // The ledger checks the values (status, limit range, cursor) and names the field at fault.
+    .action(async (flags: { key?: string; name?: string; queue?: string; status?: JobStatusFilter; limit?: number; cursor?: string; json?: boolean }) => {
+      // The ledger checks the other values (limit range, cursor) and names the field at fault.
       const filter = {
         ...(flags.key !== undefined ? { key: flags.key } : {}),
         ...(flags.name !== undefined ? { name: flags.name } : {}),
         ...(flags.queue !== undefined ? { queue: flags.queue } : {}),
-        ...(flags.status !== undefined ? { status: flags.status as JobStatusFilter } : {}),
+        ...(flags.status !== undefined ? { status: flags.status } : {}),
         ...(flags.limit !== undefined ? { limit: flags.limit } : {}),
         ...(flags.cursor !== undefined ? { cursor: flags.cursor } : {}),
       };
@@ -35,7 +53,7 @@ export const registerJobs = (program: Command, ctx: CommandContext): void => {
             ? 'no jobs'
             : table(
                 ['job', 'key', 'name', 'status', 'attempts', 'priority', 'enqueued', 'finished', 'worker', 'error / reason'],
-                page.jobs.map((j) => [j.jobId, j.key, j.name, j.status, `${j.attempts}/${j.maxAttempts}`, j.priority, time(j.enqueuedAt), time(j.finishedAt), j.workerId, j.finishReason ?? j.lastError]),
+                page.jobs.map((j) => [j.jobId, j.key, j.name, j.status, `${j.attempts}/${j.maxAttempts}`, j.priority, time(j.enqueuedAt), time(j.finishedAt), j.workerId, errorOrReason(j)]),
               ),
           page.nextCursor === null ? '' : `more: --cursor ${page.nextCursor}`,
         ]

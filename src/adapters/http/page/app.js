@@ -23,6 +23,7 @@ import {
   holderBadge,
   jobLink,
   keyHref,
+  keyLink,
   known,
   orMissing,
   postJson,
@@ -127,7 +128,7 @@ const renderKeys = () => {
         el(
           'td',
           { dataset: { label: t('col.key') } },
-          el('a', { href: keyHref(k.key), className: 'key-link', 'aria-current': k.key === selected ? 'page' : undefined }, k.key),
+          el('a', { href: keyHref(k.key), className: 'key-link', title: k.key, 'aria-current': k.key === selected ? 'page' : undefined }, k.key),
           quarantineBadge(k.quarantine),
           pausedBadge(k.paused),
           attentionBadge(k.attention),
@@ -343,7 +344,7 @@ const jobCell = (jobId, name) => [jobLink(jobId), name ? el('span', { className:
 const fromKey = (home) =>
   home === null
     ? null
-    : el('span', { className: 'from-key' }, home.startsWith('job:') ? t('guest.fromJob') : tr.parts('guest.fromKey', { key: el('a', { href: keyHref(home) }, home) }));
+    : el('span', { className: 'from-key' }, home.startsWith('job:') ? t('guest.fromJob') : tr.parts('guest.fromKey', { key: keyLink(home) }));
 
 /** The job's further limits besides the key on view (a guest's list names it too), as small badges. */
 const limitBadges = (limits, key) => {
@@ -513,6 +514,7 @@ const renderDetail = (detail) => {
 
 const renderKeyView = (key) => {
   setText('key-title', key);
+  $('key-title').title = key;
   const loaded = loadedData();
   if (loaded === null) {
     // Nothing of the key shown before (its buttons act on the key that was on view) until it is read.

@@ -17,7 +17,10 @@ export const translator = (catalogue, lang) => {
   const strings = catalogue[lang] ?? catalogue.en;
   const plurals = new Intl.PluralRules(lang);
   const number = new Intl.NumberFormat(lang);
-  const tenths = new Intl.NumberFormat(lang, { minimumFractionDigits: 1, maximumFractionDigits: 1 });
+  // A duration's parts in the language's own unit words and plurals ("2 dias", "3 uur", "1 min"), by Intl (CLDR), not by the catalogue.
+  const unit = (name, fractionDigits = 0) =>
+    new Intl.NumberFormat(lang, { style: 'unit', unit: name, unitDisplay: 'short', minimumFractionDigits: fractionDigits, maximumFractionDigits: fractionDigits });
+  const units = { tenths: unit('second', 1), s: unit('second'), min: unit('minute'), h: unit('hour'), d: unit('day') };
   const dateTime = new Intl.DateTimeFormat(lang, { dateStyle: 'medium', timeStyle: 'medium' });
   const timeOfDay = new Intl.DateTimeFormat(lang, { timeStyle: 'medium' });
 
@@ -46,16 +49,17 @@ export const translator = (catalogue, lang) => {
         return typeof value === 'object' && value !== null ? value : formatValue(value);
       });
 
+  /** A duration in its two largest units, each as Intl says it: "4.3 sec", "1 min 30 sec", "3 uur 5 min", "2 dias 1 h". */
   const duration = (ms) => {
     if (ms === null || ms === undefined) return '–';
     const s = Math.max(0, ms) / 1000;
-    if (s < 10) return t('unit.s', { n: tenths.format(s) });
-    if (s < 60) return t('unit.s', { n: Math.floor(s) });
+    if (s < 10) return units.tenths.format(s);
+    if (s < 60) return units.s.format(Math.floor(s));
     const m = Math.floor(s / 60);
-    if (m < 60) return `${t('unit.min', { n: m })} ${t('unit.s', { n: Math.floor(s % 60) })}`;
+    if (m < 60) return `${units.min.format(m)} ${units.s.format(Math.floor(s % 60))}`;
     const h = Math.floor(m / 60);
-    if (h < 24) return `${t('unit.h', { n: h })} ${t('unit.min', { n: m % 60 })}`;
-    return `${t('unit.d', { n: Math.floor(h / 24) })} ${t('unit.h', { n: h % 24 })}`;
+    if (h < 24) return `${units.h.format(h)} ${units.min.format(m % 60)}`;
+    return `${units.d.format(Math.floor(h / 24))} ${units.h.format(h % 24)}`;
   };
 
   return {

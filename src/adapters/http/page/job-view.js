@@ -155,6 +155,25 @@ const showRenewals = () => {
 /** The error of its last failed attempt, from its events. */
 const lastError = (history) => [...history.events].reverse().find((e) => e.type === 'JobFailed')?.why ?? null;
 
+/** Characters of a job's args the view shows: args may be up to 1 MiB, which no one reads on a page. */
+const ARGS_SHOWN = 2_000;
+
+/** The args the job was enqueued (or last retried) with, from the events of its home stream; null when it has none, or they are not there (archived). */
+const argsOf = (history) => [...history.events].reverse().find((e) => e.stream === history.stream && (e.type === 'JobEnqueued' || e.type === 'JobRetried') && 'args' in e.data)?.data.args ?? null;
+
+/** A job's args, pretty-printed as text (never markup), cut at ARGS_SHOWN characters with how many more there are. */
+const renderArgs = (history) => {
+  const args = argsOf(history);
+  $('job-args-block').hidden = args === null;
+  if (args === null) return;
+  const text = JSON.stringify(args, null, 2);
+  // Not between the two halves of a character outside the BMP.
+  const shown = text.length <= ARGS_SHOWN ? text : text.slice(0, /[\uD800-\uDBFF]/.test(text[ARGS_SHOWN - 1]) ? ARGS_SHOWN - 1 : ARGS_SHOWN);
+  $('job-args').textContent = shown;
+  $('job-args-cut').hidden = shown.length === text.length;
+  $('job-args-cut').textContent = t('args.cut', { count: text.length - shown.length });
+};
+
 /** The job's status; now, a running job whose worker the presence calls gone is not said to run. */
 const statusOf = (x, workers) =>
   x.status === 'running' && asOf === null && !workers.some((w) => w.id === x.holding?.lease.workerId && w.state === 'live') ? 'worker-gone' : x.status;
@@ -171,16 +190,19 @@ const renderSummary = ({ history, explanation: x }, workers) => {
 
 export const renderJobView = (jobId, loaded, workers) => {
   $('job-title').textContent = jobId;
+  $('job-title').title = jobId;
   $('job-missing').hidden = loaded === null || loaded.data !== null;
   $('job-body').hidden = loaded === null || loaded.data === null;
   if (loaded === null) {
     for (const id of ['job-summary', 'job-standing', 'job-limits', 'job-waits', 'job-events']) $(id).replaceChildren();
+    $('job-args-block').hidden = true;
     return void ($('job-key').textContent = t('status.loading'));
   }
   if (loaded.data === null) return void ($('job-key').textContent = '');
   const { key, history, explanation } = loaded.data;
   $('job-key').replaceChildren(...(key === null ? [t('job.noKey')] : tr.parts('job.ofKey', { key: keyLink(key) })));
   renderSummary(loaded.data, workers);
+  renderArgs(history);
   renderWhy(explanation, workers);
   $('job-events').replaceChildren(...history.events.map((e) => eventItem(e, history.stream)));
 };

@@ -81,10 +81,10 @@ export const keyHref = (key) => `#key=${encodeURIComponent(key)}`;
 const jobHref = (jobId) => `#job=${encodeURIComponent(jobId)}`;
 
 /** A job id linking to the job's view. */
-export const jobLink = (jobId) => el('a', { href: jobHref(jobId), className: 'job-link' }, el('code', { className: 'job-id' }, jobId));
+export const jobLink = (jobId) => el('a', { href: jobHref(jobId), className: 'job-link', title: jobId }, el('code', { className: 'job-id' }, jobId));
 
 /** A key linking to its view; a job without a key (its stream, job:<id>) is named so, unlinked. */
-export const keyLink = (key) => (key === null || key.startsWith('job:') ? t('job.noKey') : el('a', { href: keyHref(key), className: 'key-link' }, key));
+export const keyLink = (key) => (key === null || key.startsWith('job:') ? t('job.noKey') : el('a', { href: keyHref(key), className: 'key-link', title: key }, key));
 
 // ---- holders -------------------------------------------------------------------
 
@@ -309,7 +309,7 @@ const confirmAction = ({ title, paragraphs, jobIds = [], count = jobIds.length, 
     const list = $('confirm-list');
     const more = count - Math.min(jobIds.length, LISTED_IDS);
     list.replaceChildren(
-      ...jobIds.slice(0, LISTED_IDS).map((id) => el('li', {}, el('code', { className: 'job-id' }, id))),
+      ...jobIds.slice(0, LISTED_IDS).map((id) => el('li', {}, el('code', { className: 'job-id', title: id }, id))),
       ...(more > 0 ? [el('li', { className: 'more' }, t('dialog.more', { count: more }))] : []),
     );
     list.setAttribute('aria-label', t('dialog.jobs'));

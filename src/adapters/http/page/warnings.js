@@ -3,7 +3,7 @@
 // in the page's language; one key or queue named in a sentence of its own, more counted with the
 // first few named under it, each a link to its key's view.
 
-import { $, age, el, keyHref, t, tr } from './ui.js';
+import { $, age, el, keyLink, t, tr } from './ui.js';
 
 /** The first few keys or queues of a warning (nodes), then how many more: the count is the server's, over all of them. */
 const warnedList = (named, count) => [
@@ -11,9 +11,9 @@ const warnedList = (named, count) => [
   el('span', { className: 'warned' }, ...named.flatMap((node, i) => [i > 0 ? ', ' : '', node]), named.length < count ? ` ${t('dialog.more', { count: count - named.length })}` : ''),
 ];
 
-const warnedKeys = (w) => warnedList(w.keys.map((k) => el('a', { href: keyHref(k.key) }, k.key)), w.count);
+const warnedKeys = (w) => warnedList(w.keys.map((k) => keyLink(k.key)), w.count);
 
-const queueSentence = (q) => tr.parts('warning.queueWithoutConsumer', { queue: el('code', {}, q.queue), count: q.depth, duration: q.oldestAt === null ? '–' : age(q.oldestAt) });
+const queueSentence = (q) => tr.parts('warning.queueWithoutConsumer', { queue: el('code', { className: 'queue-name', title: q.queue }, q.queue), count: q.depth, duration: q.oldestAt === null ? '–' : age(q.oldestAt) });
 
 /**
  * One warning per cause, said from its kind and figures (its `message` is English): one key or
@@ -21,11 +21,11 @@ const queueSentence = (q) => tr.parts('warning.queueWithoutConsumer', { queue: e
  */
 const warningItem = (w) => {
   const one = w.count === 1;
-  const key = one && w.keys ? el('a', { href: keyHref(w.keys[0].key) }, w.keys[0].key) : null;
+  const key = one && w.keys ? keyLink(w.keys[0].key) : null;
   switch (w.kind) {
     case 'queue-without-consumer': {
       if (one) return queueSentence(w.queues[0]);
-      const named = w.queues.map((q) => el('span', {}, ...tr.parts('warning.queueDepth', { queue: el('code', {}, q.queue), count: q.depth })));
+      const named = w.queues.map((q) => el('span', {}, ...tr.parts('warning.queueDepth', { queue: el('code', { className: 'queue-name', title: q.queue }, q.queue), count: q.depth })));
       return [t('warning.queuesWithoutConsumer', { count: w.count }), ...warnedList(named, w.count)];
     }
     case 'holders-unstarted': {

@@ -1,8 +1,9 @@
 // Who is doing the work: the workers (GET /api/workers), live and gone, and the dispatch queues
 // (GET /api/queues), read with the rest of the page at each refresh (app.js). A queue with
-// messages and no live worker reading it is flagged: nothing will take its jobs.
+// messages and no live worker reading it is flagged: nothing will take its jobs. Each worker's
+// row names the jobs it runs (the first few the server names, then how many more).
 
-import { $, age, el, now, t, tr } from './ui.js';
+import { $, age, el, jobLink, keyLink, now, t, tr } from './ui.js';
 
 /** Gone workers shown before the rest fold under "show N more": the latest of them tell the story of an incident. */
 const GONE_SHOWN = 3;
@@ -11,20 +12,33 @@ let showAllGone = false;
 
 const cell = (label, className, ...children) => el('td', { dataset: { label: t(label) }, className }, ...children);
 
+/** The jobs a worker runs, each linked with its key, then how many more; '–' for none. */
+const runningJobs = (w) => {
+  if (w.runningJobCount === 0) return '–';
+  const more = w.runningJobCount - w.runningJobs.length;
+  return el(
+    'ul',
+    { className: 'worker-jobs' },
+    w.runningJobs.map((j) => el('li', { dataset: { job: j.jobId } }, jobLink(j.jobId), ' ', el('span', { className: 'job-key' }, keyLink(j.key)))),
+    more > 0 ? el('li', { className: 'more' }, t('workers.moreJobs', { count: more })) : null,
+  );
+};
+
 // `seenAgoMs` is as of the answer (`answeredAt`, the server's `now` then): a kept answer (304) is older.
 const workerRow = (w, sinceAnswer) =>
   el(
     'tr',
     { className: w.state === 'gone' ? 'gone' : undefined, dataset: { worker: w.id } },
-    cell('col.worker', undefined, el('code', {}, w.id)),
+    cell('col.worker', undefined, el('code', { className: 'worker-id', title: w.id }, w.id)),
     cell('col.workerState', undefined, el('span', { className: `badge worker-${w.state}` }, t(w.state === 'live' ? 'worker.live' : w.stoppedAt === null ? 'worker.silent' : 'worker.stopped'))),
     cell('col.host', undefined, t('worker.hostPid', { host: w.host, pid: String(w.pid) })),
-    cell('col.queue', undefined, el('code', {}, w.queue)),
+    cell('col.queue', undefined, el('code', { className: 'queue-name', title: w.queue }, w.queue)),
     cell('col.concurrency', 'num', tr.number(w.concurrency)),
     cell('col.started', undefined, tr.clock(w.startedAt)),
     cell('col.lastSeen', undefined, t('time.ago', { duration: tr.duration(w.seenAgoMs + sinceAnswer) })),
     cell('col.running', 'num', tr.number(w.running)),
     cell('col.holding', 'num', tr.number(w.holding)),
+    cell('col.runningJobs', undefined, runningJobs(w)),
   );
 
 const renderWorkerTable = (workers, answeredAt) => {
@@ -54,7 +68,7 @@ const queueRow = (q) =>
   el(
     'tr',
     { className: unserved(q) ? 'alert' : undefined, dataset: { queue: q.queue } },
-    cell('col.queue', undefined, el('code', {}, q.queue), unserved(q) ? el('span', { className: 'badge no-consumer-badge' }, t('queue.noConsumer')) : null),
+    cell('col.queue', undefined, el('code', { className: 'queue-name', title: q.queue }, q.queue), unserved(q) ? el('span', { className: 'badge no-consumer-badge' }, t('queue.noConsumer')) : null),
     cell('col.depth', 'num', tr.number(q.depth)),
     cell('col.visibleNow', 'num', tr.number(q.visibleNow)),
     cell('col.oldestMessage', undefined, q.oldestAt === null ? '–' : age(q.oldestAt)),
