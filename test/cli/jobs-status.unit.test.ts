@@ -1,13 +1,13 @@
 import type * as t from 'io-ts';
 import { describe, expect, it } from 'vitest';
-import { JOB_STATUS_FILTERS } from '../../src/adapters/cli/commands/jobs.js';
+import { JOB_STATUS_FILTERS } from '../../src/adapters/postgres/queries/job-statuses.js';
 import { JobStatusFilter } from '../../src/adapters/postgres/queries/list-jobs.js';
 import { runCliInProcess } from './in-process.js';
 
 // Regression (issue 25): `jobledger jobs --status` named one list of statuses in its --help
 // (without pending) and another in its error (the ledger's, without failed). Both come from one
-// list now, the CLI's JOB_STATUS_FILTERS (commander's choices), which must be the ledger's own:
-// the statuses its listing validates against (JobStatusFilter). No database: commander answers
+// list now, JOB_STATUS_FILTERS (commander's choices), which the ledger's listing validates against
+// (JobStatusFilter is built from it). No database: commander answers
 // both; a line that reached one would fail at once on NOWHERE (never the embedded PostgreSQL).
 
 /** A DATABASE_URL nothing listens on. */

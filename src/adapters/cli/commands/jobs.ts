@@ -1,4 +1,5 @@
 import { Option, type Command } from 'commander';
+import { JOB_STATUS_FILTERS } from '../../postgres/queries/job-statuses.js';
 import type { JobRow, JobStatusFilter } from '../../postgres/queries/list-jobs.js';
 import { withLedger, type CommandContext } from '../context.js';
 import { asUsage } from '../errors.js';
@@ -6,13 +7,6 @@ import { print, shortened, table, time } from '../output.js';
 import { integer } from '../parse.js';
 
 const FLAG_OF = { key: '--key', name: '--name', queue: '--queue', status: '--status', limit: '--limit', cursor: '--cursor' };
-
-/**
- * What --status takes, its help and its error both: the statuses the ledger's listing filters on
- * (JobStatusFilter in list-jobs.ts), named here because that module loads io-ts and --help must
- * not (test/cli/start.e2e.test.ts). test/cli/jobs-status.unit.test.ts holds the two lists equal.
- */
-export const JOB_STATUS_FILTERS = ['pending', 'scheduled', 'parked', 'holding', 'running', 'completed', 'dead', 'cancelled', 'discarded', 'failed'] as const satisfies readonly JobStatusFilter[];
 
 /** The widest an error or reason is in the table: a stack trace or a long message must not push the row across the screen (--json has it whole). */
 export const ERROR_WIDTH = 60;

@@ -1,28 +1,18 @@
 import * as t from 'io-ts';
 import { JobId, Key, Name, QueueName, ValidationError, checkField, refine } from '../../../domain/values.js';
 import type { Queryable } from '../../../projections/transaction.js';
+import { JOB_STATUSES, JOB_STATUS_FILTERS } from './job-statuses.js';
 import { epochMs, toMs } from './sql.js';
 
-/** A job's status in jl_jobs (see its column comment in migration 0003). */
-export const JobStatus = t.keyof({
-  pending: null,
-  scheduled: null,
-  parked: null,
-  holding: null,
-  running: null,
-  completed: null,
-  dead: null,
-  cancelled: null,
-  discarded: null,
-});
+/** The codec of a list of names: t.keyof of an object with those keys. */
+const keyofList = <N extends string>(names: readonly N[], name: string) => t.keyof(Object.fromEntries(names.map((n) => [n, null])) as Record<N, null>, name);
+
+/** A job's status in jl_jobs (JOB_STATUSES). */
+export const JobStatus = keyofList(JOB_STATUSES, 'JobStatus');
 export type JobStatus = t.TypeOf<typeof JobStatus>;
 
-/**
- * What the listing filters on: a status, or `failed`: jobs whose last attempt failed (or whose
- * worker went silent) and that wait for their retry, holding no slot (scheduled, with an attempt
- * used). Dead jobs are `dead`.
- */
-export const JobStatusFilter = t.union([JobStatus, t.literal('failed')], 'JobStatusFilter');
+/** What the listing filters on (JOB_STATUS_FILTERS): a status, or `failed`, jobs waiting for a retry after a failed attempt. */
+export const JobStatusFilter = keyofList(JOB_STATUS_FILTERS, 'JobStatusFilter');
 export type JobStatusFilter = t.TypeOf<typeof JobStatusFilter>;
 
 export interface JobFilter {

@@ -40,7 +40,8 @@ held AS (
 SELECT coalesce(h.queue, l.queue) AS queue,
        coalesce(h.depth, 0) AS depth,
        coalesce(h.visible_now, 0) AS "visibleNow",
-       greatest(extract(epoch FROM statement_timestamp() - h.oldest) * 1000, 0)::float8 AS "oldestAgeMs",
+       -- NULL when nothing waits: greatest() skips a NULL and would say 0.
+       CASE WHEN h.oldest IS NOT NULL THEN greatest(extract(epoch FROM statement_timestamp() - h.oldest) * 1000, 0)::float8 END AS "oldestAgeMs",
        ${epochMs('h.oldest')} AS "oldestAt",
        coalesce(l.consumers, 0) AS consumers,
        coalesce(l.capacity, 0) AS capacity

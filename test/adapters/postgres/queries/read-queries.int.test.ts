@@ -180,3 +180,16 @@ describe('jobs()', () => {
     await expect(s.ledger.jobs(filter as never)).rejects.toMatchObject({ name: 'ValidationError', field });
   });
 });
+
+describe('queues()', () => {
+  it('regression (issue 25): a queue with a live consumer and nothing waiting has no oldest age (it said 0 ms), nor oldest time', async () => {
+    const idle = new Presence(s.db.pool, noOutages, silentLogger, { id: 'worker-idle', queue: 'idle-queue', concurrency: 2, intervalMs: 60_000 }, () => 1);
+    await idle.start();
+    try {
+      const row = (await s.ledger.queues()).find((q) => q.queue === 'idle-queue');
+      expect(row).toEqual({ queue: 'idle-queue', depth: 0, visibleNow: 0, oldestAgeMs: null, oldestAt: null, consumers: 1, capacity: 2 });
+    } finally {
+      await idle.stop();
+    }
+  });
+});
