@@ -59,9 +59,11 @@ export interface Serve {
 }
 
 /** `jobledger serve --port 0` on the database at `databaseUrl`, once it says where it listens. */
-export const startServe = (databaseUrl: string): Promise<Serve> =>
+export const startServe = (databaseUrl: string, { profileDir }: { readonly profileDir?: string | undefined } = {}): Promise<Serve> =>
   new Promise((resolve, reject) => {
-    const child: ChildProcess = spawn(process.execPath, [CLI, 'serve', '--port', '0'], {
+    // With profileDir, serve writes a V8 CPU profile there when it stops (node --cpu-prof).
+    const profile = profileDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`];
+    const child: ChildProcess = spawn(process.execPath, [...profile, CLI, 'serve', '--port', '0'], {
       env: { ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' },
       stdio: ['ignore', 'ignore', 'pipe'],
     });

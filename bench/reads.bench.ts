@@ -8,6 +8,7 @@
 //   npm run bench:reads -- --database-url postgres://postgres@127.0.0.1:5432/jobledger_bench_reads
 //   npm run bench:reads -- --rebuild                  # build the ledger again even if found built
 //   npm run bench:reads -- --moving-ms 250            # the ledger moves while it is read (below)
+//   npm run bench:reads -- --profile-serve /tmp/prof  # serve's CPU profile of the run, written when it stops
 //
 // The ledger (bench/reads-ledger.ts) is built through the library in the database
 // jobledger_bench_reads (jobledger_bench_reads_quick), on DATABASE_URL's server or the machine's,
@@ -108,6 +109,8 @@ interface Options {
   readonly rebuild: boolean;
   /** 0: the ledger stands still. Otherwise an enqueue refused on a full key every this many ms, while serve is read: no poll finds it where the last one did. */
   readonly movingMs: number;
+  /** A directory where serve writes a V8 CPU profile of the run (node --cpu-prof), when given. */
+  readonly profileServe: string | undefined;
 }
 
 const options = (): Options => {
@@ -124,6 +127,7 @@ const options = (): Options => {
       'database-url': { type: 'string' },
       rebuild: { type: 'boolean', default: false },
       'moving-ms': { type: 'string', default: '0' },
+      'profile-serve': { type: 'string' },
     },
   });
   const positive = (flag: string, value: string | undefined, fallback: number) => {
@@ -146,6 +150,7 @@ const options = (): Options => {
     soloTimeoutMs: positive('solo-timeout-s', values['solo-timeout-s'], 120) * 1000,
     rebuild: values.rebuild === true,
     movingMs: values['moving-ms'] === '0' ? 0 : positive('moving-ms', values['moving-ms'], 0),
+    profileServe: values['profile-serve'],
   };
 };
 
@@ -497,7 +502,7 @@ const run = async (o: Options, built: Built): Promise<void> => {
   let serve: Serve | undefined;
   try {
     const eventsBefore = await eventCount(pool);
-    serve = await startServe(o.databaseUrl);
+    serve = await startServe(o.databaseUrl, { profileDir: o.profileServe });
     const mover = o.movingMs > 0 ? await startMover(o.databaseUrl, o.movingMs) : undefined;
     if (mover !== undefined) console.log(`the ledger moves: an arrival refused on ${MOVER_KEY} every ${o.movingMs} ms while serve is read`);
     console.log(`serve: ${serve.url} (pid ${serve.pid})`);
