@@ -31,6 +31,12 @@ export interface LedgerReaderOptions {
   readonly clock?: () => number;
   /** Create or upgrade the schema on open (default true). */
   readonly migrate?: boolean;
+  /**
+   * When migrating: distribute the schema by key on Citus (src/adapters/postgres/distribution.ts).
+   * 'auto' (the default): wherever the citus extension is installed; true: refuse a database
+   * without it (NotCitusError); false: keep every table on the coordinator.
+   */
+  readonly distributed?: boolean | 'auto';
 }
 
 /** The pool a ledger makes from `databaseUrl`. */
@@ -61,7 +67,7 @@ export class LedgerReader {
   static async open(options: LedgerReaderOptions): Promise<LedgerReader> {
     const pool = options.pool ?? createPool(options);
     try {
-      if (options.migrate !== false) await migrate(pool);
+      if (options.migrate !== false) await migrate(pool, { distributed: options.distributed ?? 'auto' });
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;

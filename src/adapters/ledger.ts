@@ -167,7 +167,7 @@ export class Ledger extends LedgerReader {
       const wanted = options.inlineProjections === undefined ? undefined : options.inlineProjections ? 'inline' : 'async';
       const mode = await waitingForDatabase(
         async () => {
-          if (options.migrate !== false) await migrate(pool);
+          if (options.migrate !== false) await migrate(pool, { distributed: options.distributed ?? 'auto' });
           // This week's partition of the ledger, and the next ones (migration 17), whoever sweeps.
           await ensureAppendWeeks(pool);
           return projectionMode(pool, wanted);

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { inTransaction } from '../../projections/transaction.js';
+import { NotCitusError, distribute, isDistributed } from './distribution.js';
 import { eventStore } from './migrations/0001-event-store.js';
 import { queue } from './migrations/0002-queue.js';
 import { readModels } from './migrations/0003-read-models.js';
@@ -31,19 +32,43 @@ export const migrations: readonly Migration[] = [eventStore, queue, readModels, 
  * one it had. Safe to call from many processes at once: a transaction-scoped advisory lock makes
  * them take turns, and each re-reads schema_migrations once it holds the lock. `upTo`: only the
  * migrations up to that version (a ledger of an older format, as a test loads one).
+ * `distributed`: on a database with the citus extension the schema is then distributed by key
+ * (./distribution.ts): 'auto' (the default) does so wherever citus is installed, true requires it
+ * (NotCitusError), false leaves the tables on the coordinator.
  */
-export const migrate = async (pool: pg.Pool, { upTo = Infinity }: { readonly upTo?: number } = {}): Promise<void> => {
+export const migrate = async (pool: pg.Pool, { upTo = Infinity, distributed = 'auto' }: { readonly upTo?: number; readonly distributed?: boolean | 'auto' } = {}): Promise<void> => {
   // Every open of a ledger migrates: a schema already current is told by two reads, without the
   // transaction and its lock (each CLI command pays for what opening costs).
-  if (upTo === Infinity && (await appliedVersion(pool)) === migrations.at(-1)!.version) return;
-  await migrateInTransaction(pool, upTo);
+  const found = await appliedVersion(pool);
+  if (distributed === true && !found.citus) throw new NotCitusError();
+  const distribute = found.citus && distributed !== false;
+  if (upTo !== Infinity || found.version !== migrations.at(-1)!.version) await migrateInTransaction(pool, upTo);
+  if (distribute && (upTo !== Infinity || found.version !== migrations.at(-1)!.version || !(await isDistributed(pool)))) await distributeOnce(pool);
 };
 
-/** The newest version applied, or null when the schema has none (not migrated yet: asked first, so no statement fails and no error reaches the server's log). */
-const appliedVersion = async (pool: pg.Pool): Promise<number | null> => {
-  const { rows } = await pool.query<{ present: boolean }>(`SELECT to_regclass('schema_migrations') IS NOT NULL AS present`);
-  if (!rows[0]!.present) return null;
-  return (await pool.query<{ version: number | null }>('SELECT max(version) AS version FROM schema_migrations')).rows[0]!.version;
+/** The newest version applied (null when the schema has none, not migrated yet: asked first, so no statement fails and no error reaches the server's log), and whether citus is installed. */
+const appliedVersion = async (pool: pg.Pool): Promise<{ version: number | null; citus: boolean }> => {
+  const { rows } = await pool.query<{ present: boolean; citus: boolean }>(
+    `SELECT to_regclass('schema_migrations') IS NOT NULL AS present, EXISTS (SELECT FROM pg_extension WHERE extname = 'citus') AS citus`,
+  );
+  const { present, citus } = rows[0]!;
+  if (!present) return { version: null, citus };
+  return { version: (await pool.query<{ version: number | null }>('SELECT max(version) AS version FROM schema_migrations')).rows[0]!.version, citus };
+};
+
+/** distribute(), one process at a time (a session advisory lock on one connection): each sees what the one before did. */
+const distributeOnce = async (pool: pg.Pool): Promise<void> => {
+  const client = await pool.connect();
+  try {
+    await client.query(`SELECT pg_advisory_lock(hashtextextended('jobledger:distribute', 0))`);
+    try {
+      await distribute(client);
+    } finally {
+      await client.query(`SELECT pg_advisory_unlock(hashtextextended('jobledger:distribute', 0))`);
+    }
+  } finally {
+    client.release();
+  }
 };
 
 const migrateInTransaction = (pool: pg.Pool, upTo: number): Promise<void> =>
