@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { TOKEN, startTestServer, type TestServer } from './support.js';
 
-// serve's answers to a page of keys and to a key answer the same question again, without a read,
-// while younger than answersFreshMs (1 s in serve): a moving ledger then costs a read a second
-// however many pages poll. Another process's write is seen once the answer ages out; a write
-// through this server at once.
+// serve answers each read the page polls (a page of keys, a key, here) again, without a read,
+// while its answer is younger than answersFreshMs (1 s in serve): a moving ledger then costs a
+// read a second however many pages poll. Another process's write is seen once the answer ages
+// out; a write through this server at once.
 
 let s: TestServer;
 

@@ -16,7 +16,7 @@ export const weakTag = (parts: readonly unknown[]): string => `W/"${createHash('
 const opaque = (tag: string): string => tag.trim().replace(/^W\//, '');
 
 /** Whether the request's If-None-Match holds `tag` (or is `*`), by the weak comparison a GET's If-None-Match uses (RFC 9110 13.1.2). */
-const holdsTag = (request: FastifyRequest, tag: string): boolean => {
+export const holdsTag = (request: FastifyRequest, tag: string): boolean => {
   const header = request.headers['if-none-match'];
   if (header === undefined) return false;
   const wanted = opaque(tag);

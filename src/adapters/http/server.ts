@@ -1,4 +1,4 @@
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
 import { ReadBudgetError } from '../../commands/read-budget.js';
 import { RefusedError, UnknownJobError, UnknownKeyError } from '../../domain/errors.js';
 import { silentLogger, type Logger } from '../../domain/ports/logger.js';
@@ -13,7 +13,7 @@ import { registerJobRoutes } from './routes/jobs.js';
 import { registerKeyRoutes } from './routes/keys.js';
 import { PAGE_FILES, registerPage } from './routes/page.js';
 import { registerWorkerRoutes } from './routes/workers.js';
-import { SharedAnswers } from './shared-answers.js';
+import { registerFreshAnswers } from './fresh-answers.js';
 
 export interface HttpServerOptions {
   readonly ledger: Ledger;
@@ -37,11 +37,11 @@ export interface HttpServerOptions {
   /** How long a GET may read the ledger itself (audit, a job's history, explain) before it is answered 503 (default READ_BUDGET_MS). */
   readonly readBudgetMs?: number;
   /**
-   * How long an answer to GET /api/keys or /api/keys/detail answers the same question again
-   * without reading the ledger (default 0: every poll reads what it depends on, and shares only
-   * answers under one ETag). `serve` runs with 1 s: a moving ledger then costs one read of a page
-   * a second however many pages poll, each answer up to that old as to other processes' writes;
-   * this server's own mutating requests are seen at once (SharedAnswers).
+   * How long the answer to a read the page polls (POLLED_READS) answers the same URL again without
+   * reading the ledger (default 0: every poll reads what it depends on, and shares only answers
+   * under one ETag). `serve` runs with 1 s: a moving ledger then costs one read of each a second
+   * however many pages poll, each answer up to that old as to other processes' writes; this
+   * server's own mutating requests are seen at once (fresh-answers.ts).
    */
   readonly answersFreshMs?: number;
   readonly logger?: Logger;
@@ -113,14 +113,9 @@ export const createHttpServer = async (options: HttpServerOptions): Promise<Fast
   app.setNotFoundHandler(async (request, reply) => reply.code(404).send({ error: `no route ${request.method} ${request.url.split('?')[0]}` } satisfies ErrorBody));
   registerPage(app);
   const budgets = readBudgets(options.readBudgetMs ?? READ_BUDGET_MS);
-  const shared = new SharedAnswers(32, options.answersFreshMs ?? 0);
-  // A write through this server is seen by the next poll: nothing read before or during it answers as fresh.
-  const forgetOnWrite = async (request: FastifyRequest) => {
-    if (request.method !== 'GET' && request.method !== 'HEAD') shared.forget();
-  };
-  app.addHook('onRequest', forgetOnWrite);
-  app.addHook('onResponse', forgetOnWrite);
-  registerKeyRoutes(app, options.ledger, budgets, shared);
+  // After the host and token checks (registered before it): a kept answer is sent only to a request allowed to read it.
+  registerFreshAnswers(app, { freshMs: options.answersFreshMs ?? 0 });
+  registerKeyRoutes(app, options.ledger, budgets);
   registerWorkerRoutes(app, options.ledger);
   registerJobRoutes(app, options.ledger, budgets);
   registerAuditRoutes(app, options.ledger, budgets);

@@ -21,7 +21,7 @@ const DiscardBody = closedObject({ key: Key }, { jobIds: t.array(JobId), by: Act
 const LimitBody = closedObject({ key: Key, limit: Limit }, { by: Actor, leaseMs: LeaseMs });
 const PauseBody = closedObject({ key: Key }, { by: Actor, reason: Reason });
 
-export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, readBudget: ReadBudgets, shared: SharedAnswers): void => {
+export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, readBudget: ReadBudgets, shared: SharedAnswers = new SharedAnswers()): void => {
   /**
    * The cards' totals over every key, the warnings (one per cause) and a page of the keys, sorted
    * and filtered by the database: `{ now, totals: { keys, keysAtLimit, slotsHeld, parked,
@@ -31,24 +31,20 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, readBudg
    * Query: limit (1-200, default 50), offset, sort (KEY_SORTS), dir, match, atLimit, attention.
    * `slotsHeld` counts every holder whatever its state; only `holders.running` are run by a live
    * worker. With an ETag (what the answer depends on, read first) and 304 for a poll that holds it;
-   * one read answers every request under a tag, and with answersFreshMs every request for the same
-   * page while it is that young (SharedAnswers).
+   * one read answers every request under a tag (SharedAnswers).
    */
   app.get('/api/keys', async (request, reply) => {
     const query = decodeInput(KeysQuery, request.query, '(query)');
     // Checked before anything is read; with its defaults filled in, the page's tag names one page however it is asked.
     const order = keyPageOrder(query);
     const now = ledger.now();
-    const question = JSON.stringify(['keys', order]);
-    const fresh = shared.fresh<object>(question);
-    if (fresh !== undefined) return notModified(request, reply, fresh.tag) ? reply : { now, ...(await fresh.answer) };
     const [v, size] = await Promise.all([ledger.version(now, UNSTARTED_WARNING_MS), ledger.ledgerSize()]);
     const tag = weakTag(['keys', order, v.head, v.pending, v.projected, v.quarantined, v.presence, v.expired, v.unstarted, size]);
     if (notModified(request, reply, tag)) return reply;
     const answer = await shared.of(tag, async () => {
       const [page, queues] = await Promise.all([ledger.keyPage({ ...query, unstartedAfterMs: UNSTARTED_WARNING_MS }, now), ledger.queues()]);
       return { totals: { ...page.totals, ledger: size }, warnings: warningsOf(page, queues), page: { ...page.order, matched: page.matched }, keys: page.keys };
-    }, question);
+    });
     return { now, ...answer };
   });
 
@@ -64,14 +60,6 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, readBudg
     const { key, limit } = decodeInput(KeyQuery, request.query, '(query)');
     const listed = detailList(limit);
     const now = ledger.now();
-    const question = JSON.stringify(['detail', key, listed]);
-    const fresh = shared.fresh<object | null>(question);
-    if (fresh !== undefined) {
-      if (notModified(request, reply, fresh.tag)) return reply;
-      const answer = await fresh.answer;
-      if (answer === null) throw new UnknownKeyError(key);
-      return { now, ...answer };
-    }
     const v = await ledger.version(now, UNSTARTED_WARNING_MS);
     // Holder states: the workers' liveness and expiries; workerLastSeen: their heartbeats; handoffs: the ledger.
     const tag = weakTag(['detail', key, listed, v.head, v.pending, v.projected, v.quarantined, v.beats, v.expired]);
@@ -82,7 +70,7 @@ export const registerKeyRoutes = (app: FastifyInstance, ledger: Ledger, readBudg
       // A quarantined key's ledger does not read; the rest of its detail (the quarantine too) comes from the read models.
       const handoffs = detail.quarantine === null ? (await ledger.audit({ key }, readBudget())).handoffs : [];
       return { ...detail, handoffs: handoffs.slice(-RECENT_HANDOFFS).reverse() };
-    }, question);
+    });
     if (answer === null) throw new UnknownKeyError(key);
     return { now, ...answer };
   });
