@@ -23,6 +23,21 @@ export default defineConfig({
           hookTimeout: 120_000,
         },
       },
+      // The ledger distributed on a Citus cluster (JOBLEDGER_CITUS_URL: test/support/citus.ts): a
+      // project only where a cluster is given (`npm run test:citus`; .ci/run builds and starts one).
+      ...(process.env.JOBLEDGER_CITUS_URL
+        ? [
+            {
+              test: {
+                name: 'citus',
+                include: ['test/**/*.citus.test.ts'],
+                fileParallelism: false,
+                testTimeout: 300_000,
+                hookTimeout: 300_000,
+              },
+            },
+          ]
+        : []),
       {
         test: {
           name: 'e2e',

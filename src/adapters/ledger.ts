@@ -29,6 +29,7 @@ import { Notifications } from './postgres/listener.js';
 import { outagesOf, waitingForDatabase, type DatabaseOutages } from './postgres/outage.js';
 import { migrate } from './postgres/migrations.js';
 import { PostgresSnapshotStore } from './postgres/postgres-snapshot-store.js';
+import { DistributedAsyncError, isDistributed } from './postgres/distribution.js';
 import { projectionMode, type ProjectionMode } from './postgres/projection-mode.js';
 import { jobStreamOf } from './postgres/queries/job-stream.js';
 import { deadJobsOf } from './postgres/queries/dead-jobs.js';
@@ -165,19 +166,20 @@ export class Ledger extends LedgerReader {
       const log = options.logger ?? createLogger();
       const outages = outagesOf(pool, log);
       const wanted = options.inlineProjections === undefined ? undefined : options.inlineProjections ? 'inline' : 'async';
-      const mode = await waitingForDatabase(
+      const { mode, distributed } = await waitingForDatabase(
         async () => {
           if (options.migrate !== false) await migrate(pool, { distributed: options.distributed ?? 'auto' });
           // This week's partition of the ledger, and the next ones (migration 17), whoever sweeps.
           await ensureAppendWeeks(pool);
-          return projectionMode(pool, wanted);
+          return { mode: await projectionMode(pool, wanted), distributed: await isDistributed(pool) };
         },
         { outages, timeoutMs: options.waitForDatabaseMs ?? 0, random, clock: Date.now },
       );
+      if (distributed && mode === 'async') throw new DistributedAsyncError();
       const projections = ledgerProjections();
       // One LISTEN connection for the whole process: queue wake-ups, lost leases, subscriptions.
       const notifications = new Notifications(pool.options, outages);
-      const store = new PostgresEventStore(pool, { inline: mode === 'inline' ? projections.map((p) => p.projection) : [], notifyFlushes: mode === 'async', notifications });
+      const store = new PostgresEventStore(pool, { inline: mode === 'inline' ? projections.map((p) => p.projection) : [], notifyFlushes: mode === 'async', notifications, distributed });
       const writer = new KeyWriter(store, store, {
         clock,
         random,

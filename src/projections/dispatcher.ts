@@ -71,8 +71,13 @@ export const projectDispatch = (events: readonly ProjectedEvent[]): readonly Sta
   return out;
 };
 
-/** One NOTIFY per queue with admissions (PostgreSQL folds identical notifications of a transaction into one). */
-export const WAKE_SQL = `SELECT pg_notify('${QUEUE_CHANNEL}', q.queue) FROM (SELECT DISTINCT queue FROM jl_jobs WHERE job_id = ANY($1::text[])) q`;
+/**
+ * One NOTIFY per queue with admissions (PostgreSQL folds identical notifications of a transaction
+ * into one). The queues are read in a subquery of the array the notifications go over: on a
+ * distributed ledger (Citus) the subquery runs on the workers and pg_notify on the coordinator,
+ * where the listeners are (a NOTIFY on a worker is heard by nobody, and fails a two-phase commit).
+ */
+export const WAKE_SQL = `SELECT pg_notify('${QUEUE_CHANNEL}', q) FROM unnest(ARRAY(SELECT DISTINCT queue FROM jl_jobs WHERE job_id = ANY($1::text[]))) AS q`;
 
 /** What a worker needs to run a job started by direct handoff (its admission got no message). */
 export const HANDED_OFF_SQL = `SELECT job_id AS "jobId", key, name, args FROM jl_jobs WHERE job_id = ANY($1::text[])`;

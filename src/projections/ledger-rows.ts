@@ -43,9 +43,10 @@ export interface RowEvents {
 /**
  * SQL: the rows of `stream` in `table` (aliased `alias`) that hold revision `from` and later: from
  * the one holding `from`, whose first revision may be before it (an index probe, then a range).
+ * `on`: the SQL of one shard's streams, on a distributed ledger (stream-sql.ts onShard).
  */
-export const rowsFrom = (table: string, alias: string, stream: string, from: string): string =>
-  `${alias}.stream = ${stream} AND ${alias}.revision >= coalesce((SELECT max(x.revision) FROM ${table} x WHERE x.stream = ${stream} AND x.revision <= ${from}), ${from})`;
+export const rowsFrom = (table: string, alias: string, stream: string, from: string, on = ''): string =>
+  `${alias}.stream = ${stream} AND ${alias}.revision >= coalesce((SELECT max(x.revision) FROM ${table} x WHERE x.stream = ${stream}${on === '' ? '' : ` AND x.stream = ANY(${on})`} AND x.revision <= ${from}), ${from})`;
 
 export interface LedgerRow extends RowEvents {
   // int8 arrives as a string unless the application changed pg's type parsers; BigInt() and

@@ -84,4 +84,21 @@ export const distribute = async (pool: pg.Pool | pg.PoolClient): Promise<void> =
   for (const [table] of REFERENCE) {
     if (!(await distributed(table))) await pool.query(`SELECT create_reference_table($1)`, [table]);
   }
+  // The reads across keys (the page, `keys`, the sweeper, metrics) join a guest's row to its
+  // home's by job id, across shards: Citus plans such a join by repartitioning the rows, only
+  // when the session asks. Every session of this database asks (a database's default).
+  await pool.query(`DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET citus.enable_repartition_joins = on', current_database()); END $$`);
 };
+
+/**
+ * A distributed ledger is projected inline only. Async runners read the ledger in one order
+ * (transaction_id, position), below the coordinator's snapshot: a transaction Citus commits on
+ * several nodes is committed on the coordinator before it is on the workers (two-phase commit),
+ * so such a reader could pass over rows a worker does not show yet, and never read them.
+ */
+export class DistributedAsyncError extends Error {
+  override readonly name = 'DistributedAsyncError';
+  constructor() {
+    super('this ledger is distributed (Citus): its projections are applied in each append (inline), not by async runners; open it with inline projections');
+  }
+}

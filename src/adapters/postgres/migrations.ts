@@ -21,11 +21,12 @@ import { appendWeeks } from './migrations/0017-append-weeks.js';
 import { jobIndex } from './migrations/0018-job-index.js';
 import { parkedSince } from './migrations/0019-parked-since.js';
 import { keptSnapshots } from './migrations/0020-kept-snapshots.js';
+import { shardReadCheck } from './migrations/0021-shard-read-check.js';
 import type { Migration } from './migrations/migration.js';
 
 export type { Migration } from './migrations/migration.js';
 
-export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName, stoppingHolders, readChecks, leaseGrace, liveRow, appendRows, appendWeeks, jobIndex, parkedSince, keptSnapshots];
+export const migrations: readonly Migration[] = [eventStore, queue, readModels, jobListing, setBasedWrites, quarantine, pausedKeys, limitKeys, workers, eventArchive, queueName, stoppingHolders, readChecks, leaseGrace, liveRow, appendRows, appendWeeks, jobIndex, parkedSince, keptSnapshots, shardReadCheck];
 
 /**
  * Applies the pending migrations, all in one transaction: a process sees the whole schema or the

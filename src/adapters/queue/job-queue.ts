@@ -73,3 +73,36 @@ export const claimStatement = (claim: Claim): Statement => {
   if (!Number.isSafeInteger(claim.qty) || claim.qty < 1) throw new RangeError(`qty must be a positive integer, got ${claim.qty}`);
   return { text: CLAIM_SQL, values: [claim.queue, claim.qty, claim.skipStreams, claim.skipJobs] };
 };
+
+// A claim on a distributed ledger (Citus), where FOR UPDATE must stay on one shard and a queue's
+// rows are on every shard (PgWriteTransaction.claimOnShards): the candidates first, unlocked,
+// across the shards: the oldest claimable admissions, twice as many as asked for plus a few (a
+// reader running beside this one may lock some first); then each shard's candidates, locked.
+export const CLAIM_CANDIDATES_SQL = `
+SELECT job_id AS "jobId", stream
+FROM jl_jobs
+WHERE queue = $1 AND status = 'holding' AND stream <> ALL ($3::text[]) AND job_id <> ALL ($4::text[])
+ORDER BY acquired_at
+LIMIT $2`;
+
+/** How many candidates a claim of `qty` reads on a distributed ledger. */
+const candidatesFor = (qty: number): number => 2 * qty + 8;
+
+export const claimCandidates = (claim: Claim): Statement => {
+  // Checks the claim as CLAIM_SQL's statement does.
+  claimStatement(claim);
+  return { text: CLAIM_CANDIDATES_SQL, values: [claim.queue, candidatesFor(claim.qty), claim.skipStreams, claim.skipJobs] };
+};
+
+// $1 queue, $2 one shard's streams, $3 their candidates: those still claimable, locked, as
+// CLAIM_SQL locks them (the status condition in the locking statement: a row changed since the
+// candidates were read is checked again and dropped), with when each was admitted, the order of
+// the claim across shards.
+export const CLAIM_ON_SHARD_SQL = `
+SELECT job_id AS "jobId", key, stream, lease_id AS "leaseId", name, args, attempts + 1 AS attempt, lease_ms AS "leaseMs", (extract(epoch FROM acquired_at) * 1000)::float8 AS "acquiredAt"
+FROM jl_jobs
+WHERE stream = ANY($2::text[]) AND job_id = ANY($3::text[]) AND queue = $1 AND status = 'holding'
+ORDER BY acquired_at
+FOR UPDATE SKIP LOCKED`;
+
+export const claimOnShard = (claim: Claim, streams: readonly string[], jobIds: readonly string[]): Statement => ({ text: CLAIM_ON_SHARD_SQL, values: [claim.queue, streams, jobIds] });

@@ -24,6 +24,7 @@ import { PollingSubscription } from './polling-subscription.js';
 import { eventsAfter, type LedgerRow } from '../../../projections/ledger-rows.js';
 import { isJobStream } from './stream-sql.js';
 import { EVENTS_CHANNEL, READ_JOB_RENEWALS_SQL, READ_JOB_ROWS_SQL, READ_JOB_STREAM_ROWS_SQL, READ_STREAMS_SQL, READ_STREAM_SQL, afterParameters, eventsFrom, readAllSql } from './event-rows.js';
+import { ShardMap } from './shard-map.js';
 import { PgWriteTransaction } from './write-transaction.js';
 
 export { EVENTS_CHANNEL } from './event-rows.js';
@@ -39,6 +40,8 @@ export interface PostgresEventStoreOptions {
   readonly notifyFlushes?: boolean;
   /** The process's shared LISTEN connection for subscriptions (one of its own otherwise). */
   readonly notifications?: Notifications;
+  /** The ledger is distributed by key (Citus): write transactions route each shard's streams apart (write-transaction.ts). */
+  readonly distributed?: boolean;
 }
 
 /**
@@ -50,6 +53,8 @@ export interface PostgresEventStoreOptions {
 export class PostgresEventStore implements EventStore, LedgerStore {
   private readonly inline: readonly Projection[];
   private readonly notifications: Notifications;
+  /** Where each stream lives, on a distributed ledger. */
+  private readonly shards: ShardMap | undefined;
   private readonly subscriptions = new Set<PollingSubscription>();
 
   constructor(
@@ -57,6 +62,7 @@ export class PostgresEventStore implements EventStore, LedgerStore {
     private readonly options: PostgresEventStoreOptions = {},
   ) {
     this.inline = options.inline ?? [];
+    this.shards = options.distributed === true ? new ShardMap() : undefined;
     this.notifications = options.notifications ?? new Notifications(pool.options);
   }
 
@@ -66,7 +72,7 @@ export class PostgresEventStore implements EventStore, LedgerStore {
 
   private async transaction(notifyEvents: boolean): Promise<PgWriteTransaction> {
     const client = await this.pool.connect();
-    return new PgWriteTransaction(client, { inline: this.inline, notifyEvents, schemaVersion: KEY_STATE_SCHEMA_VERSION });
+    return new PgWriteTransaction(client, { inline: this.inline, notifyEvents, schemaVersion: KEY_STATE_SCHEMA_VERSION, ...(this.shards === undefined ? {} : { shards: this.shards }) });
   }
 
   async recorded(probe: EventProbe): Promise<boolean> {

@@ -17,6 +17,11 @@ import { EVENTS_CHANNEL } from './event-rows.js';
 // them (measured: about 0.1 ms a statement, half a flush's time on one key). Their generic plans
 // find every row by primary key (see read-models.ts), whatever the batch.
 export const BEGIN_SQL = `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_generic_plan`;
+// On a distributed ledger (Citus) custom plans, always: Citus plans a statement on the streams of
+// one shard only when it sees their values, and refuses a generic plan of `stream = ANY($1)`.
+export const BEGIN_DISTRIBUTED_SQL = `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_custom_plan`;
+/** The transaction's id, on the coordinator (a statement that reads no distributed table runs there). */
+export const XID_SQL = `SELECT pg_current_xact_id()::text AS xid`;
 
 /** Whether a stream is a job's own: no streams row, an advisory lock. */
 export const isJobStream = (stream: string): boolean => stream.startsWith(JOB);
@@ -41,12 +46,20 @@ export const LOCK_ROWS_SQL = `SELECT stream FROM streams WHERE stream = ANY($1::
  * A job stream's last row, live, else archived (all of its rows moved): its revision and last
  * writer. Only where `when` holds (a one-time filter: other streams never touch appends for it).
  */
-const jobHead = (stream: string, when: string): string => `
+const jobHead = (stream: string, when: string, on = ''): string => `
   SELECT h.last_revision, h.transaction_id FROM (
-    (SELECT a.last_revision, a.transaction_id FROM appends a WHERE ${when} AND a.stream = ${stream} ORDER BY a.revision DESC LIMIT 1)
+    (SELECT a.last_revision, a.transaction_id FROM appends a WHERE ${when} AND a.stream = ${stream}${onShard('a', on)} ORDER BY a.revision DESC LIMIT 1)
     UNION ALL
-    (SELECT a.last_revision, a.transaction_id FROM appends_archive a WHERE ${when} AND a.stream = ${stream} ORDER BY a.revision DESC LIMIT 1)
+    (SELECT a.last_revision, a.transaction_id FROM appends_archive a WHERE ${when} AND a.stream = ${stream}${onShard('a', on)} ORDER BY a.revision DESC LIMIT 1)
     LIMIT 1) h`;
+
+/**
+ * On a distributed ledger (Citus), a statement is planned as one shard's only when every table it
+ * reads says which streams it reads, by a value: ` AND alias.stream = ANY(on)`, `on` the SQL of
+ * the group's streams (all of one shard: ./shard-map.ts). Empty on one PostgreSQL: the text of
+ * each statement there is what it was.
+ */
+const onShard = (alias: string, on: string): string => (on === '' ? '' : ` AND ${alias}.stream = ANY(${on})`);
 
 /**
  * The rows of a stream holding revisions after `after`, live and archived, in order. The archive
@@ -57,12 +70,12 @@ const jobHead = (stream: string, when: string): string => `
  * leaves live on to the first week it leaves, never past the stream's later rows). Only where `when` holds (another one-time filter): a
  * flush on a stream its writer holds reads no row at all, and never the archive.
  */
-const rowsAfter = (s: { stream: string; after: string; archived: string; job: string; when: string }): string => `
-  SELECT ${rowColumns('r')} FROM appends r WHERE ${s.when} AND ${rowsFrom('appends', 'r', s.stream, `${s.after} + 1`)}
+const rowsAfter = (s: { stream: string; after: string; archived: string; job: string; when: string; on?: string }): string => `
+  SELECT ${rowColumns('r')} FROM appends r WHERE ${s.when}${onShard('r', s.on ?? '')} AND ${rowsFrom('appends', 'r', s.stream, `${s.after} + 1`, s.on)}
   UNION ALL
   SELECT ${rowColumns('r')} FROM appends_archive r
-  WHERE ${s.when} AND (CASE WHEN ${s.job} THEN NOT EXISTS (SELECT FROM appends x WHERE x.stream = ${s.stream} AND x.revision <= ${s.after} + 1) ELSE ${s.archived} > ${s.after} END)
-    AND ${rowsFrom('appends_archive', 'r', s.stream, `${s.after} + 1`)}
+  WHERE ${s.when}${onShard('r', s.on ?? '')} AND (CASE WHEN ${s.job} THEN NOT EXISTS (SELECT FROM appends x WHERE x.stream = ${s.stream}${onShard('x', s.on ?? '')} AND x.revision <= ${s.after} + 1) ELSE ${s.archived} > ${s.after} END)
+    AND ${rowsFrom('appends_archive', 'r', s.stream, `${s.after} + 1`, s.on)}
   ORDER BY revision`;
 
 /** A row of LOCK_SQL: a locked stream, and one of its rows (the columns of a LedgerRow: ../../../projections/ledger-rows.ts), all NULL when none came. */
@@ -86,7 +99,7 @@ export interface LockRow {
 // lock() reads such a stream again (SNAPSHOTS_SQL, DELTAS_SQL). A job stream's advisory lock was
 // taken by the statement before, so its rows are current. A stream this process wrote last costs
 // one probe of its rows.
-export const LOCK_SQL = `
+const lockSql = (on: string): string => `
 WITH w AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS w (stream, after)),
 locked AS MATERIALIZED (
   SELECT stream, revision, transaction_id, archived_revision FROM streams WHERE stream = ANY($1::text[]) ORDER BY stream FOR UPDATE
@@ -95,30 +108,37 @@ heads AS MATERIALIZED (
   SELECT w.stream, w.after, coalesce(l.revision, j.last_revision) AS revision, coalesce(l.transaction_id, j.transaction_id) AS writer,
          l.archived_revision, l.stream IS NULL AS job
   FROM w LEFT JOIN locked l ON l.stream = w.stream
-  LEFT JOIN LATERAL (${jobHead('w.stream', `starts_with(w.stream, '${JOB}')`)}) j ON true
+  LEFT JOIN LATERAL (${jobHead('w.stream', `starts_with(w.stream, '${JOB}')`, on)}) j ON true
   WHERE l.stream IS NOT NULL OR j.last_revision IS NOT NULL
 )
-SELECT h.stream AS locked, h.revision::text AS head, h.writer::text AS writer, pg_current_xact_id()::text AS xid, s.revision::text AS snapshot_revision, e.*
+SELECT h.stream AS locked, h.revision::text AS head, h.writer::text AS writer, ${on === '' ? 'pg_current_xact_id()::text' : 'NULL::text'} AS xid, s.revision::text AS snapshot_revision, e.*
 FROM heads h
-LEFT JOIN snapshots s ON s.stream = h.stream AND s.schema_version = $3 AND s.revision > h.after
-LEFT JOIN LATERAL (${rowsAfter({ stream: 'h.stream', after: 'greatest(h.after, coalesce(s.revision, -1))', archived: 'h.archived_revision', job: 'h.job', when: 'h.revision > h.after' })}) e ON true
+LEFT JOIN snapshots s ON s.stream = h.stream AND s.schema_version = $3 AND s.revision > h.after${onShard('s', on)}
+LEFT JOIN LATERAL (${rowsAfter({ stream: 'h.stream', after: 'greatest(h.after, coalesce(s.revision, -1))', archived: 'h.archived_revision', job: 'h.job', when: 'h.revision > h.after', on })}) e ON true
 ORDER BY h.stream, e.revision`;
+export const LOCK_SQL = lockSql('');
+/** LOCK_SQL of one shard's streams ($1, sorted) on a distributed ledger; its `xid` is NULL: the transaction's id is the coordinator's (XID_SQL). */
+export const LOCK_ON_SHARD_SQL = lockSql('$1::text[]');
 
 // Snapshots newer than the caller's state ($1 streams, $2 revision each is at, -1: none; $3
 // schema version), for streams LOCK_SQL could not bring up to date. Run once the streams are
 // held: nobody else can save a snapshot of a locked stream (saves happen under the lock).
-export const SNAPSHOTS_SQL = `
+const snapshotsSql = (on: string): string => `
 SELECT s.stream, s.revision::text AS revision, s.state
 FROM unnest($1::text[], $2::bigint[]) AS w (stream, after)
-JOIN snapshots s ON s.stream = w.stream AND s.schema_version = $3 AND s.revision > w.after`;
+JOIN snapshots s ON s.stream = w.stream AND s.schema_version = $3 AND s.revision > w.after${onShard('s', on)}`;
+export const SNAPSHOTS_SQL = snapshotsSql('');
+export const SNAPSHOTS_ON_SHARD_SQL = snapshotsSql('$1::text[]');
 
 // Every row after the caller's state (or after the newer snapshot SNAPSHOTS_SQL returns).
-export const DELTAS_SQL = `
+const deltasSql = (on: string): string => `
 SELECT e.* FROM unnest($1::text[], $2::bigint[]) AS w (stream, after)
-LEFT JOIN streams st ON st.stream = w.stream
-CROSS JOIN LATERAL (SELECT greatest(w.after, coalesce((SELECT s.revision FROM snapshots s WHERE s.stream = w.stream AND s.schema_version = $3 AND s.revision > w.after), -1)) AS after) f
-CROSS JOIN LATERAL (${rowsAfter({ stream: 'w.stream', after: 'f.after', archived: 'st.archived_revision', job: 'st.stream IS NULL', when: 'true' })}) e
+LEFT JOIN streams st ON st.stream = w.stream${onShard('st', on)}
+CROSS JOIN LATERAL (SELECT greatest(w.after, coalesce((SELECT s.revision FROM snapshots s WHERE s.stream = w.stream AND s.schema_version = $3 AND s.revision > w.after${onShard('s', on)}), -1)) AS after) f
+CROSS JOIN LATERAL (${rowsAfter({ stream: 'w.stream', after: 'f.after', archived: 'st.archived_revision', job: 'st.stream IS NULL', when: 'true', on })}) e
 ORDER BY e.stream, e.revision`;
+export const DELTAS_SQL = deltasSql('');
+export const DELTAS_ON_SHARD_SQL = deltasSql('$1::text[]');
 
 /**
  * The appends of a commit as WRITE_SQL takes them (each one row; the events' ids made up where
@@ -220,12 +240,76 @@ SELECT stream, revision::text AS revision, position::text AS position, pg_curren
 export const WRITE_FLUSH_SQL = `${WRITE_SQL}
 SELECT count(*) FROM written`;
 
+// The appends of a flush on a distributed ledger (Citus), as statements Citus plans: WRITE_SQL's
+// data-modifying CTEs read a stream's rows through LATERAL joins of the JSON's rows, which Citus
+// does not plan across shards. The check stays what keeps every limit, each part in a statement
+// that fails the transaction when a stream moved (StaleStateError), before any row is written:
+// - MOVE_STREAMS: each key stream that exists moves on from the revision expected, by the last
+//   writer's id no younger than this transaction's; one that moved gets a NULL revision (the
+//   NOT NULL constraint fails the statement), one missing fails jl_expect_rows. Its row lock,
+//   taken here if the lock before did not take it, is held to COMMIT: nobody moves the stream
+//   between this check and the rows written after it;
+// - JOB_HEADS_ON_SHARD: each job stream's last row (live, else archived) is at the revision
+//   expected, by a writer no younger (jl_reads_moved raises otherwise); its writers serialise on
+//   the advisory lock taken before (on the coordinator, where every writer takes it);
+// - CREATE_STREAMS: a key stream created here; one created meanwhile fails on streams_pkey;
+// - APPEND_ROWS: the rows, at the revisions checked (a second creator of a job stream fails on
+//   appends_pkey). Guarded by test/citus/ledger.citus.test.ts and the e2e test there.
+// The transaction's id is the coordinator's ($n::xid8, XID_SQL): a statement Citus runs on a
+// worker would read the worker's own from pg_current_xact_id(). Every id the ledger keeps is the
+// coordinator's, so that (transaction_id, position) stays one order.
+export const MOVE_STREAMS_SQL = `
+WITH moved AS (
+  UPDATE streams t SET revision = CASE WHEN t.revision = r.expected AND t.transaction_id <= $3::xid8 THEN r.expected + cardinality(r.types) END, transaction_id = $3::xid8
+  FROM jsonb_to_recordset($1::jsonb) AS r (stream text, expected bigint, types text[])
+  WHERE t.stream = ANY($2::text[]) AND t.stream = r.stream AND r.expected >= 0
+  RETURNING t.stream
+)
+SELECT jl_expect_rows(count(*), cardinality($2::text[]), 'streams moved on') FROM moved`;
+
+/** $1 one shard's job streams, $2 the revision each is expected at (-1: none), $3 this transaction's id. */
+export const JOB_HEADS_ON_SHARD_SQL = `
+SELECT jl_reads_moved(string_agg(c.stream, ', ' ORDER BY c.stream))
+FROM unnest($1::text[], $2::bigint[]) AS c (stream, revision)
+LEFT JOIN LATERAL (${jobHead('c.stream', 'true', '$1::text[]')}) j ON true
+WHERE coalesce(j.last_revision, -1) <> c.revision OR coalesce(j.transaction_id > $3::xid8, false)`;
+
+export const CREATE_STREAMS_SQL = `
+INSERT INTO streams (stream, revision, transaction_id)
+SELECT r.stream, r.expected + cardinality(r.types), $2::xid8 FROM jsonb_to_recordset($1::jsonb) AS r (stream text, expected bigint, types text[])
+WHERE r.expected < 0 AND NOT starts_with(r.stream, '${JOB}')
+ORDER BY r.stream`;
+
+const appendRows = (returning: string): string => `
+INSERT INTO appends (stream, revision, types, ids, data, metadata, metadatas, transaction_id)
+SELECT r.stream, r.expected + 1, r.types, r.ids, r.data, r.metadata, r.metadatas, $2::xid8
+FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (stream text, expected bigint, types text[], ids uuid[], data jsonb, metadata jsonb, metadatas jsonb))
+  WITH ORDINALITY AS r (stream, expected, types, ids, data, metadata, metadatas, ord)
+ORDER BY r.ord${returning}`;
+export const APPEND_ROWS_SQL = appendRows('');
+/** APPEND_ROWS_SQL, saying where each row sits (append(), which reports positions). */
+export const APPEND_ROWS_RETURNING_SQL = appendRows(`
+RETURNING stream, revision::text AS revision, position::text AS position, $2::xid8::text AS xid`);
+
+export const UNIQUE_IDS_SQL = `INSERT INTO unique_event_ids (event_id) SELECT unnest($1::uuid[])`;
+
 // The streams the flush's decisions only read, each at the revision decided on (-1: absent), checked
 // before anything is written (jl_check_read, migrations 0013 and 0016; it raises, failing the
 // transaction). Streams that exist were locked by this transaction (LOCK_SQL), so none can move
 // between this check and COMMIT; one that did not exist may be created meanwhile by a
 // transaction that read nothing of this one's, which is then ordered after it.
 export const READ_CHECK_SQL = `SELECT jl_check_read($1::text[], $2::bigint[])`;
+
+// READ_CHECK_SQL on a distributed ledger, for one shard's streams: the same check, in a statement
+// Citus plans on that shard (jl_check_read's own statement reads streams and appends from the
+// coordinator, through a correlated subquery Citus does not plan); jl_reads_moved (migration 21)
+// raises jl_check_read's error for the streams that moved.
+export const READ_CHECK_ON_SHARD_SQL = `
+SELECT jl_reads_moved(string_agg(c.stream, ', ' ORDER BY c.stream))
+FROM unnest($1::text[], $2::bigint[]) AS c (stream, revision)
+LEFT JOIN streams s ON s.stream = c.stream${onShard('s', '$1::text[]')}
+LEFT JOIN LATERAL (${jobHead('c.stream', `starts_with(c.stream, '${JOB}')`, '$1::text[]')}) j ON true
+WHERE coalesce(s.revision, j.last_revision, -1) <> c.revision`;
 
 // $1 streams, $2 schema versions, $3 revisions, $4 states (JSON text: stored as it comes, migration 20).
 export const SAVE_SNAPSHOTS_SQL = `
@@ -240,25 +324,27 @@ WHERE snapshots.revision < excluded.revision`;
 // so far: the previous kept state's, and the events since it (read once, here, every
 // snapshotsKeptEvery events; the whole stream for its first kept state). Runs after
 // SAVE_SNAPSHOTS_SQL in the same transaction, whose rows it reads (the state is sent once).
-export const SAVE_KEPT_SNAPSHOTS_SQL = `
+const saveKeptSql = (on: string): string => `
 WITH due AS MATERIALIZED (
   SELECT w.stream, w.revision, w.schema_version, coalesce(p.revision, -1) AS after, p.decided_until
   FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[]) AS w (stream, revision, spacing, schema_version)
   LEFT JOIN LATERAL (
-    SELECT k.revision, k.decided_until FROM snapshots_kept k WHERE k.stream = w.stream AND k.schema_version = w.schema_version ORDER BY k.revision DESC LIMIT 1
+    SELECT k.revision, k.decided_until FROM snapshots_kept k WHERE k.stream = w.stream AND k.schema_version = w.schema_version${onShard('k', on)} ORDER BY k.revision DESC LIMIT 1
   ) p ON true
   WHERE p.revision IS NULL OR w.revision - p.revision >= w.spacing
 )
 INSERT INTO snapshots_kept (stream, schema_version, revision, decided_until, last_at, state)
 SELECT d.stream, d.schema_version, d.revision, greatest(d.decided_until, t.decided_until), t.last_at, s.state
 FROM due d
-JOIN snapshots s ON s.stream = d.stream AND s.schema_version = d.schema_version AND s.revision = d.revision
+JOIN snapshots s ON s.stream = d.stream AND s.schema_version = d.schema_version AND s.revision = d.revision${onShard('s', on)}
 CROSS JOIN LATERAL (
   SELECT max((e.data->>'at')::bigint) AS decided_until, max((e.data->>'at')::bigint) FILTER (WHERE a.revision + e.i - 1 = d.revision) AS last_at
   FROM ledger_appends a CROSS JOIN LATERAL jsonb_array_elements(a.data) WITH ORDINALITY AS e (data, i)
-  WHERE a.stream = d.stream AND a.last_revision > d.after AND a.revision <= d.revision AND a.revision + e.i - 1 BETWEEN d.after + 1 AND d.revision
+  WHERE a.stream = d.stream${onShard('a', on)} AND a.last_revision > d.after AND a.revision <= d.revision AND a.revision + e.i - 1 BETWEEN d.after + 1 AND d.revision
 ) t
 ON CONFLICT DO NOTHING`;
+export const SAVE_KEPT_SNAPSHOTS_SQL = saveKeptSql('');
+export const SAVE_KEPT_SNAPSHOTS_ON_SHARD_SQL = saveKeptSql('$1::text[]');
 
 // One notification per transaction, whatever it wrote: a subscriber reads from its position anyway.
 export const NOTIFY_EVENTS_SQL = `SELECT pg_notify('${EVENTS_CHANNEL}', '')`;

@@ -25,9 +25,40 @@ import { WRITER, quarantineOf, recordQuarantines, type Quarantine } from '../../
 import { projectAll, statementName } from '../../../projections/apply.js';
 import { ENSURE_WEEKS_SQL } from '../../postgres/append-weeks.js';
 import { parseSnapshotState } from '../../postgres/postgres-snapshot-store.js';
-import { claimStatement } from '../../queue/job-queue.js';
+import { claimCandidates, claimOnShard, claimStatement } from '../../queue/job-queue.js';
 import { eventPrepare, eventsOfRow, type LedgerRow } from '../../../projections/ledger-rows.js';
-import { ADVISORY_SQL, BEGIN_SQL, DELTAS_SQL, LOCK_ROWS_SQL, LOCK_SQL, NOTIFY_EVENTS_SQL, QUARANTINED_SQL, READ_CHECK_SQL, SAVE_KEPT_SNAPSHOTS_SQL, SAVE_SNAPSHOTS_SQL, SNAPSHOTS_SQL, WRITE_FLUSH_SQL, WRITE_RETURNING_SQL, isJobStream, wireAppends, type LockRow } from './stream-sql.js';
+import {
+  ADVISORY_SQL,
+  BEGIN_DISTRIBUTED_SQL,
+  BEGIN_SQL,
+  DELTAS_ON_SHARD_SQL,
+  DELTAS_SQL,
+  LOCK_ON_SHARD_SQL,
+  LOCK_ROWS_SQL,
+  LOCK_SQL,
+  NOTIFY_EVENTS_SQL,
+  QUARANTINED_SQL,
+  READ_CHECK_ON_SHARD_SQL,
+  READ_CHECK_SQL,
+  SAVE_KEPT_SNAPSHOTS_ON_SHARD_SQL,
+  SAVE_KEPT_SNAPSHOTS_SQL,
+  SAVE_SNAPSHOTS_SQL,
+  SNAPSHOTS_ON_SHARD_SQL,
+  SNAPSHOTS_SQL,
+  APPEND_ROWS_RETURNING_SQL,
+  APPEND_ROWS_SQL,
+  CREATE_STREAMS_SQL,
+  JOB_HEADS_ON_SHARD_SQL,
+  MOVE_STREAMS_SQL,
+  UNIQUE_IDS_SQL,
+  WRITE_FLUSH_SQL,
+  WRITE_RETURNING_SQL,
+  XID_SQL,
+  isJobStream,
+  wireAppends,
+  type LockRow,
+} from './stream-sql.js';
+import type { ShardMap } from './shard-map.js';
 import { isAbortedTransaction, isMissingWeek, isPgError, mapError, named } from './write-errors.js';
 
 // One transaction of the key writer (src/commands/key-writer.ts), on one pipelining connection,
@@ -46,6 +77,13 @@ export interface WriteTransactionOptions {
   /** NOTIFY EVENTS_CHANNEL once per commit (only where someone subscribes: async runners). */
   readonly notifyEvents: boolean;
   readonly schemaVersion: number;
+  /**
+   * On a distributed ledger (Citus): where each stream lives. Each shard's streams are then locked,
+   * read and checked by statements of their own (a row lock must stay on one shard), the
+   * transaction's id is the coordinator's (XID_SQL) wherever a statement runs, and a read of the
+   * dispatch queue picks its rows first and locks them shard by shard (claimOnShards).
+   */
+  readonly shards?: ShardMap;
 }
 
 const NO_STREAM = -1;
@@ -80,8 +118,31 @@ export class PgWriteTransaction implements WriteTransaction {
   }
 
   async read(claims: readonly Claim[]): Promise<readonly (readonly DispatchMessage[])[]> {
+    if (this.options.shards !== undefined) return Promise.all(claims.map((claim) => this.claimOnShards(claim, this.options.shards!)));
     const results = await this.run(claims.map(claimStatement));
     return results.map((r) => r.rows as DispatchMessage[]);
+  }
+
+  /**
+   * A claim on a distributed ledger: FOR UPDATE SKIP LOCKED must stay on one shard, and a queue's
+   * rows are on every shard. Its candidates are read first, unlocked, across the shards (the
+   * oldest admissions, more than asked for: another reader may take some), then each shard's
+   * candidates are locked SKIP LOCKED by a statement of their own, which checks them again
+   * (still claimable, else dropped), and the oldest `qty` of those locked are claimed.
+   */
+  private async claimOnShards(claim: Claim, shards: ShardMap): Promise<DispatchMessage[]> {
+    const [candidates] = await this.run([claimCandidates(claim)]);
+    const rows = candidates!.rows as { jobId: string; stream: string }[];
+    if (rows.length === 0) return [];
+    const streams = [...new Set(rows.map((r) => r.stream))].sort(byName);
+    const groups = await shards.groups(this.client, streams);
+    const jobsOf = new Map<string, string[]>();
+    for (const r of rows) jobsOf.set(r.stream, [...(jobsOf.get(r.stream) ?? []), r.jobId]);
+    const locked = await this.run(groups.map((group) => claimOnShard(claim, group, group.flatMap((stream) => jobsOf.get(stream)!))));
+    const claimed = locked.flatMap((r) => r.rows as (DispatchMessage & { acquiredAt: string })[]);
+    // The oldest admissions first, as one statement would: each shard's came in that order.
+    claimed.sort((a, b) => Number(a.acquiredAt) - Number(b.acquiredAt));
+    return claimed.slice(0, claim.qty).map(({ acquiredAt: _, ...message }) => message);
   }
 
   async lock(requests: readonly LockRequest[]): Promise<ReadonlyMap<string, LockedStream>> {
@@ -89,12 +150,16 @@ export class PgWriteTransaction implements WriteTransaction {
     for (const r of requests) after.set(r.stream, r.after === undefined ? null : revisionOf(r.after));
     const streams = [...after.keys()].sort(byName);
     const jobs = streams.filter(isJobStream);
+    const shards = this.options.shards;
+    const groups = shards === undefined ? [streams] : await shards.groups(this.client, streams);
     const results = await this.run([
       ...(jobs.length > 0 ? [{ text: ADVISORY_SQL, values: [jobs] }] : []),
-      { text: LOCK_SQL, values: [streams, streams.map((s) => after.get(s)), this.options.schemaVersion] },
+      ...(shards === undefined ? [] : [{ text: XID_SQL, values: [] }]),
+      ...groups.map((group) => ({ text: shards === undefined ? LOCK_SQL : LOCK_ON_SHARD_SQL, values: [group, group.map((s) => after.get(s)), this.options.schemaVersion] })),
     ]);
+    if (shards !== undefined) this.xid ??= BigInt((results[jobs.length > 0 ? 1 : 0]!.rows[0] as { xid: string }).xid);
     const found = new Map<string, { revision: number; writer: bigint; snapshot: number | null; events: RecordedEvent[] }>();
-    for (const row of results.at(-1)!.rows as LockRow[]) {
+    for (const row of results.slice(results.length - groups.length).flatMap((r) => r.rows as LockRow[])) {
       this.xid ??= BigInt(row.xid);
       let f = found.get(row.locked);
       if (f === undefined) {
@@ -116,11 +181,18 @@ export class PgWriteTransaction implements WriteTransaction {
     });
     const snaps = new Map<string, Snapshot>();
     if (again.length > 0) {
-      const wanted = [again, again.map((s) => after.get(s)), this.options.schemaVersion];
-      const [snapshots, deltas] = await this.run([
-        { text: SNAPSHOTS_SQL, values: wanted },
-        { text: DELTAS_SQL, values: wanted },
-      ]);
+      const regroups = shards === undefined ? [again] : await shards.groups(this.client, again);
+      const reads = await this.run(
+        regroups.flatMap((group) => {
+          const wanted = [group, group.map((s) => after.get(s)), this.options.schemaVersion];
+          return [
+            { text: shards === undefined ? SNAPSHOTS_SQL : SNAPSHOTS_ON_SHARD_SQL, values: wanted },
+            { text: shards === undefined ? DELTAS_SQL : DELTAS_ON_SHARD_SQL, values: wanted },
+          ];
+        }),
+      );
+      const snapshots = { rows: reads.filter((_, i) => i % 2 === 0).flatMap((r) => r.rows) };
+      const deltas = { rows: reads.filter((_, i) => i % 2 === 1).flatMap((r) => r.rows) };
       for (const r of snapshots!.rows as { stream: string; revision: string; state: string }[]) {
         snaps.set(r.stream, { stream: r.stream, revision: Number(r.revision), schemaVersion: this.options.schemaVersion, state: parseSnapshotState(r.state) });
       }
@@ -146,6 +218,11 @@ export class PgWriteTransaction implements WriteTransaction {
 
   async commit(commit: Commit): Promise<Committed> {
     const statements: Statement[] = [];
+    const shards = this.options.shards;
+    // One shard's streams a statement (a distributed ledger), or all of them in one.
+    const byShard = async (streams: readonly string[]): Promise<string[][]> => (shards === undefined ? [[...streams]] : shards.groups(this.client, streams));
+    // The coordinator's transaction id, before the statements that carry it (WRITE_*_DISTRIBUTED_SQL).
+    if (shards !== undefined && this.xid === undefined) this.xid = BigInt(((await this.run([{ text: XID_SQL, values: [] }]))[0]!.rows[0] as { xid: string }).xid);
     if (commit.lockFirst?.length) {
       const streams = [...new Set(commit.lockFirst)].sort(byName);
       // A job stream this commit creates is not locked: nobody else can have decided on it, and
@@ -154,13 +231,15 @@ export class PgWriteTransaction implements WriteTransaction {
       const jobs = streams.filter((s) => isJobStream(s) && !creates.has(s));
       const rows = streams.filter((s) => !isJobStream(s));
       if (jobs.length > 0) statements.push({ text: ADVISORY_SQL, values: [jobs] });
-      if (rows.length > 0) statements.push({ text: LOCK_ROWS_SQL, values: [rows] });
+      if (rows.length > 0) for (const group of await byShard(rows)) statements.push({ text: LOCK_ROWS_SQL, values: [group] });
     }
     if (commit.readChecks?.length) {
       const checks = [...commit.readChecks].sort((a, b) => byName(a.stream, b.stream));
-      statements.push({ text: READ_CHECK_SQL, values: [checks.map((c) => c.stream), checks.map((c) => revisionOf(c.revision))] });
+      const expected = new Map(checks.map((c) => [c.stream, revisionOf(c.revision)]));
+      for (const group of await byShard(checks.map((c) => c.stream))) {
+        statements.push({ text: shards === undefined ? READ_CHECK_SQL : READ_CHECK_ON_SHARD_SQL, values: [group, group.map((s) => expected.get(s))] });
+      }
     }
-    const written = statements.length;
     const projected: ProjectedEvent[] = [];
     const handled = new Map<string, boolean>();
     const { wire, uniques } = wireAppends(commit.appends, (append, i, revision, metadata) => {
@@ -171,9 +250,24 @@ export class PgWriteTransaction implements WriteTransaction {
       const event = append.decided?.[i] ?? decodeRecorded({ stream: append.stream, revision, type: e.type, data: e.data, metadata });
       projected.push({ event: event as KeyEvent, stream: append.stream, revision, key: keyOfStream(append.stream), commit: this.xid ?? 0n });
     });
-    if (wire.length > 0) {
+    let written = -1;
+    if (wire.length > 0 && shards === undefined) {
       const rowStreams = wire.filter((w) => !isJobStream(w.stream)).map((w) => w.stream);
+      written = statements.length;
       statements.push({ text: commit.positions === true ? WRITE_RETURNING_SQL : WRITE_FLUSH_SQL, values: [JSON.stringify(wire), rowStreams, uniques] });
+    }
+    if (wire.length > 0 && shards !== undefined) {
+      // The parts of WRITE_SQL, each a statement Citus plans (stream-sql.ts MOVE_STREAMS_SQL).
+      const json = JSON.stringify(wire);
+      const xid = String(this.xid);
+      const moving = wire.filter((w) => !isJobStream(w.stream) && w.expected >= 0).map((w) => w.stream);
+      const jobs = new Map(wire.filter((w) => isJobStream(w.stream)).map((w) => [w.stream, w.expected]));
+      if (moving.length > 0) statements.push({ text: MOVE_STREAMS_SQL, values: [json, moving, xid] });
+      for (const group of jobs.size === 0 ? [] : await byShard([...jobs.keys()].sort(byName))) statements.push({ text: JOB_HEADS_ON_SHARD_SQL, values: [group, group.map((s) => jobs.get(s)), xid] });
+      if (wire.some((w) => !isJobStream(w.stream) && w.expected < 0)) statements.push({ text: CREATE_STREAMS_SQL, values: [json, xid] });
+      written = statements.length;
+      statements.push({ text: commit.positions === true ? APPEND_ROWS_RETURNING_SQL : APPEND_ROWS_SQL, values: [json, xid] });
+      if (uniques.length > 0) statements.push({ text: UNIQUE_IDS_SQL, values: [uniques] });
     }
     statements.push(...projectAll(this.options.inline, projected));
     const quarantined = (commit.quarantine ?? []).map(quarantineOf).filter((q): q is Quarantine => q !== undefined);
@@ -183,11 +277,12 @@ export class PgWriteTransaction implements WriteTransaction {
         text: SAVE_SNAPSHOTS_SQL,
         values: [commit.snapshots.map((s) => s.stream), commit.snapshots.map((s) => s.schemaVersion), commit.snapshots.map((s) => s.revision), commit.snapshots.map((s) => JSON.stringify(s.state))],
       });
-      const kept = commit.snapshots.filter((s) => s.keep !== undefined);
-      if (kept.length > 0) {
+      const kept = new Map(commit.snapshots.filter((s) => s.keep !== undefined).map((s) => [s.stream, s]));
+      for (const group of kept.size === 0 ? [] : await byShard([...kept.keys()])) {
+        const each = group.map((stream) => kept.get(stream)!);
         statements.push({
-          text: SAVE_KEPT_SNAPSHOTS_SQL,
-          values: [kept.map((s) => s.stream), kept.map((s) => s.revision), kept.map((s) => s.keep!.spacing), kept.map((s) => s.schemaVersion)],
+          text: shards === undefined ? SAVE_KEPT_SNAPSHOTS_SQL : SAVE_KEPT_SNAPSHOTS_ON_SHARD_SQL,
+          values: [group, each.map((s) => s.revision), each.map((s) => s.keep!.spacing), each.map((s) => s.schemaVersion)],
         });
       }
     }
@@ -234,7 +329,7 @@ export class PgWriteTransaction implements WriteTransaction {
     if (this.ended) throw new Error('write transaction already ended');
     const query = (s: Statement): Promise<pg.QueryResult> =>
       s.values.length === 0 ? this.client.query(s.text) : this.client.query({ name: statementName(s.text), text: s.text, values: s.values as unknown[] });
-    const all: Statement[] = this.began ? [...statements] : [{ text: BEGIN_SQL, values: [] }, ...statements];
+    const all: Statement[] = this.began ? [...statements] : [{ text: this.options.shards === undefined ? BEGIN_SQL : BEGIN_DISTRIBUTED_SQL, values: [] }, ...statements];
     this.began = true;
     const settled = (this.client as { pipeline?: boolean }).pipeline === true ? await this.pipelined(all, query) : await this.oneByOne(all, query, ending);
     if (ending) {

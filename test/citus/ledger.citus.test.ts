@@ -1,0 +1,102 @@
+import * as E from 'fp-ts/lib/Either.js';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
+import { BY_OWN_COLUMN, BY_STREAM, REFERENCE } from '../../src/adapters/postgres/distribution.js';
+import { silentLogger } from '../../src/domain/ports/logger.js';
+import { jobStream, keyStream } from '../../src/domain/streams.js';
+import { createCitusDatabase, type CitusDatabase } from '../support/citus.js';
+
+// The ledger on a Citus cluster (issue 24): migrate distributes it, and the one door of every
+// write (the key writer's flush) routes each shard's streams apart; the reads across keys answer.
+
+let db: CitusDatabase;
+let ledger: Ledger;
+let pool: pg.Pool;
+
+beforeAll(async () => {
+  db = await createCitusDatabase();
+  pool = new pg.Pool({ connectionString: db.url, max: 4 });
+  ledger = await createLedger({ databaseUrl: db.url, logger: silentLogger });
+});
+
+afterAll(async () => {
+  await ledger?.close();
+  await pool?.end();
+  await db?.drop();
+});
+
+/** The shards (ids) holding these streams. */
+const shardsOf = async (streams: readonly string[]) =>
+  new Set((await pool.query<{ shard: string }>(`SELECT get_shard_id_for_distribution_column('streams', s)::text AS shard FROM unnest($1::text[]) s`, [streams])).rows.map((r) => r.shard));
+
+describe('migrate on a database with citus', () => {
+  it('distributes every per-key table by its stream, colocated with streams; unique ids by id; the shared tables as reference tables', async () => {
+    const { rows } = await pool.query<{ table: string; method: string; column: string | null; colocated: boolean }>(
+      `SELECT logicalrelid::text AS table, partmethod AS method, column_to_column_name(logicalrelid, partkey) AS column,
+              colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'streams'::regclass) AS colocated
+       FROM pg_dist_partition WHERE logicalrelid::text NOT LIKE 'appends%\\_w%' AND logicalrelid::text <> 'appends_archive_rows'`,
+    );
+    const by = new Map(rows.map((r) => [r.table, r]));
+    for (const [table] of BY_STREAM) expect(by.get(table), table).toMatchObject({ method: 'h', column: 'stream', colocated: true });
+    for (const [table, column] of BY_OWN_COLUMN) expect(by.get(table), table).toMatchObject({ method: 'h', column, colocated: false });
+    for (const [table] of REFERENCE) expect(by.get(table), table).toMatchObject({ method: 'n' });
+    expect(by.has('schema_migrations')).toBe(false);
+  });
+});
+
+describe('the write path, shard by shard', () => {
+  it('enqueues, admits and parks on keys of many shards at once, all or nothing, each limit held', async () => {
+    const keys = Array.from({ length: 24 }, (_, i) => `c/${i}`);
+    expect((await shardsOf(keys.map(keyStream))).size).toBeGreaterThan(4);
+    const enqueued = await ledger.enqueueMany(keys.flatMap((key) => [0, 1, 2].map((n) => ({ name: 'work', key, limit: 2, jobId: `${key}-${n}` }))));
+    expect(enqueued.map((e) => e.status).sort()).toEqual([...Array(48).fill('acquired'), ...Array(24).fill('parked')]);
+    for (const key of keys) {
+      const { state } = await ledger.keyState(key);
+      expect([state.holding, Object.values(state.jobs).filter((j) => j.status === 'parked').length]).toEqual([2, 1]);
+    }
+    // The read models, on every shard.
+    const { rows } = await pool.query<{ status: string; n: number }>(`SELECT status, count(*)::int AS n FROM jl_jobs GROUP BY status ORDER BY status`);
+    expect(rows).toEqual([{ status: 'holding', n: 48 }, { status: 'parked', n: 24 }]);
+  });
+
+  it('a completion hands the slot to the parked job in the same append', async () => {
+    const stream = keyStream('c/0');
+    const lease = (await ledger.keyState('c/0')).state.jobs['c/0-0']!.lease!.leaseId;
+    expect(E.isRight(await ledger.execute(stream, { type: 'Start', jobId: 'c/0-0', leaseId: lease, workerId: 'w' }))).toBe(true);
+    const done = await ledger.execute(stream, { type: 'Complete', jobId: 'c/0-0', leaseId: lease });
+    expect(E.isRight(done) && done.right.events.map((e) => e.type)).toEqual(['JobCompleted', 'SlotReleased', 'JobPromoted']);
+  });
+
+  it('a job without a key (its own stream) and a job under a further limit key on another shard', async () => {
+    expect((await ledger.enqueue({ name: 'solo', jobId: 'solo-1' })).status).toBe('acquired');
+    const guest = await ledger.enqueue({ name: 'capped', key: 'tenant/a', limit: 5, jobId: 'g-1', limits: [{ key: 'api', limit: 1 }] });
+    const second = await ledger.enqueue({ name: 'capped', key: 'tenant/b', limit: 5, jobId: 'g-2', limits: [{ key: 'api' }] });
+    expect([guest.status, second.status]).toEqual(['acquired', 'parked']);
+    expect((await shardsOf([jobStream('solo-1'), keyStream('tenant/a'), keyStream('tenant/b'), keyStream('api')])).size).toBeGreaterThan(1);
+  });
+
+  it('a worker reads its queue across the shards and runs each job once', async () => {
+    const seen: string[] = [];
+    const worker = ledger.worker({ queue: 'runs', concurrency: 4, handlers: { run: async (_args, ctx) => void seen.push(ctx.jobId) } });
+    await ledger.enqueueMany(Array.from({ length: 30 }, (_, i) => ({ name: 'run', key: `r/${i % 10}`, limit: 1, queue: 'runs', jobId: `run-${i}` })));
+    worker.start();
+    try {
+      const deadline = Date.now() + 60_000;
+      while (seen.length < 30 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    } finally {
+      await worker.stop();
+    }
+    expect(seen.sort()).toEqual(Array.from({ length: 30 }, (_, i) => `run-${i}`).sort());
+  });
+
+  it('reads across keys: the page of keys, a key, a job, its history and explanation, the audit', async () => {
+    const page = await ledger.keyPage({ unstartedAfterMs: 30_000 });
+    expect(page.totals.keys).toBeGreaterThan(24);
+    expect((await ledger.keyDetail('c/1'))?.holders).toHaveLength(2);
+    expect((await ledger.jobs({ key: 'c/1' })).jobs).toHaveLength(3);
+    expect((await ledger.explain({ jobId: 'c/1-2' })).status).toBe('parked');
+    expect((await ledger.jobHistory({ jobId: 'c/0-0' })).events.map((e) => e.type)).toContain('JobCompleted');
+    expect((await ledger.audit({ key: 'c/0' })).handoffs.length).toBeGreaterThan(0);
+  });
+});
