@@ -48,8 +48,10 @@ export async function saveCheckpoint(
   options: { readonly force?: boolean; readonly appliedSnapshot?: string } = {},
 ): Promise<boolean> {
   const result = await db.query(
-    `INSERT INTO projection_checkpoints AS c (projection, commit, prepare, applied_snapshot) VALUES ($1, $2::numeric, $3::numeric, $5::pg_snapshot)
-     ON CONFLICT (projection) DO UPDATE SET commit = excluded.commit, prepare = excluded.prepare, applied_snapshot = excluded.applied_snapshot, updated_at = statement_timestamp()
+    // updated_at from the VALUES, not statement_timestamp() in DO UPDATE: on a distributed ledger
+    // (Citus: projection_checkpoints is a reference table) DO UPDATE takes immutable functions only.
+    `INSERT INTO projection_checkpoints AS c (projection, commit, prepare, applied_snapshot, updated_at) VALUES ($1, $2::numeric, $3::numeric, $5::pg_snapshot, statement_timestamp())
+     ON CONFLICT (projection) DO UPDATE SET commit = excluded.commit, prepare = excluded.prepare, applied_snapshot = excluded.applied_snapshot, updated_at = excluded.updated_at
      WHERE $4 OR (c.commit, c.prepare) < (excluded.commit, excluded.prepare)`,
     [projection, to.commit.toString(), to.prepare.toString(), options.force === true, options.appliedSnapshot ?? null],
   );
