@@ -23,7 +23,7 @@ const APPENDS_TABLE = /^appends(_w\d{8}|_before_w\d{8})?$/;
 const APPENDS_PKEY = /^appends(_w\d{8}|_before_w\d{8})?_pkey$/;
 
 /** An append whose week has no partition of appends yet (migration 17): make the weeks, then run it again. */
-export const isMissingWeek = (error: unknown): boolean => isPgError(error) && error.code === '23514' && unsharded(error.table) === 'appends' && /no partition/.test(error.message);
+export const isMissingWeek = (error: unknown): boolean => isPgError(error) && error.code === '23514' && unsharded(error.table ?? 'appends') === 'appends' && /no partition of relation "appends/.test(error.message);
 
 /** What a failed statement means to the writer: run again, a duplicate job id, or the error itself. */
 export const mapError = (error: unknown): unknown => {
@@ -36,15 +36,18 @@ export const mapError = (error: unknown): unknown => {
   // class 57P (the server shutting down or restarting: admin_shutdown, crash_shutdown,
   // cannot_connect_now) and class 08 (connection exceptions) end the session, not the flush.
   // A job stream another transaction created first fails on appends_pkey (WRITE_SQL: its creation is not locked).
-  const constraint = unsharded(error.constraint);
-  const table = unsharded(error.table);
+  // A worker's error relayed by Citus carries neither its constraint nor its table and column:
+  // only its message says them.
+  const constraint = unsharded(error.constraint ?? /unique constraint "([^"]+)"/.exec(error.message)?.[1]);
+  const table = unsharded(error.table ?? /of relation "([^"]+)"/.exec(error.message)?.[1]);
+  const column = error.column ?? /null value in column "([^"]+)"/.exec(error.message)?.[1];
   if (error.code === '40P01' || error.code === '40001' || (error.code === '23505' && (constraint === 'streams_pkey' || APPENDS_PKEY.test(constraint)))) {
     return new TransientWriteError(error.message);
   }
   if (isConnectionError(error) || isMissingWeek(error)) return new TransientWriteError(error.message, { cause: error });
   // WRITE_SQL's expected-revision check: a stream that had moved on gets no claimed row (on a
   // distributed ledger, MOVE_STREAMS_SQL: its streams row no revision).
-  if (error.code === '23502' && (APPENDS_TABLE.test(table) || table === 'streams') && error.column === 'revision') return new StaleStateError(error.message);
+  if (error.code === '23502' && (APPENDS_TABLE.test(table) || table === 'streams') && column === 'revision') return new StaleStateError(error.message);
   // READ_CHECK_SQL: a stream a decision only read moved before the commit (DETAIL names them).
   if (error.code === 'JL001') return new StaleStateError(error.message, (error.detail ?? '').split(', ').filter((s) => s !== ''));
   if (error.code === '23505' && constraint === 'unique_event_ids_pkey') {
