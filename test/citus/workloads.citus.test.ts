@@ -7,7 +7,6 @@
  * its limit, every job completed exactly once, nothing is left held or parked, and replay
  * --verify finds the read models what the ledger gives.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -20,8 +19,9 @@ import { silentLogger } from '../../src/domain/ports/logger.js';
 import { decodeRecorded } from '../../src/domain/recorded.js';
 import { keyStream } from '../../src/domain/streams.js';
 import { createCitusDatabase, type CitusDatabase } from '../support/citus.js';
-import { CLI, runCli } from '../support/cli.js';
+import { runCli } from '../support/cli.js';
 import { until } from '../support/until.js';
+import { isRunning, startWorkerProcess, untilReading, type WorkerProcess } from '../support/worker-process.js';
 
 const HANDLERS = new URL('../fixtures/interval-handlers.mjs', import.meta.url).pathname;
 const RUNS_FILE = join(tmpdir(), `jobledger-citus-${process.pid}-${randomBytes(4).toString('hex')}.jsonl`);
@@ -29,40 +29,18 @@ const QUEUE = 'citus';
 /** Short, so that the killed worker's leases lapse within the test. */
 const LEASE_MS = 2_000;
 
-interface Proc {
-  readonly name: string;
-  readonly child: ChildProcess;
-  stderr: string;
-  readonly exited: Promise<void>;
-}
-
 let db: CitusDatabase;
 let pool: pg.Pool;
 let ledger: Ledger;
-const procs: Proc[] = [];
+const procs: WorkerProcess[] = [];
 
-const startWorker = (name: string, sweeper = false): Proc => {
-  const args = [CLI, 'worker', '--handlers', HANDLERS, '--queue', QUEUE, '--concurrency', '8', ...(sweeper ? ['--sweeper'] : [])];
-  const child = spawn(process.execPath, args, { env: { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: 'warn', INTERVALS_FILE: RUNS_FILE }, stdio: ['ignore', 'ignore', 'pipe'] });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const proc: Proc = { name, child, stderr: '', exited };
-  child.stderr?.on('data', (chunk: Buffer) => {
-    proc.stderr += chunk.toString();
-    if (process.env.JOBLEDGER_E2E_VERBOSE) process.stderr.write(chunk);
-  });
+const startWorker = (name: string, sweeper = false): WorkerProcess => {
+  const proc = startWorkerProcess(name, ['--handlers', HANDLERS, '--queue', QUEUE, '--concurrency', '8', ...(sweeper ? ['--sweeper'] : [])], { DATABASE_URL: db.url, INTERVALS_FILE: RUNS_FILE });
   procs.push(proc);
   return proc;
 };
 
-const running = (p: Proc): boolean => p.child.exitCode === null && p.child.signalCode === null;
-
-const untilReading = (p: Proc) =>
-  until(
-    async () => ({ reading: p.stderr.includes(`reading queue ${QUEUE}`), exit: p.child.exitCode, stderr: p.stderr.slice(-1_000) }),
-    (s) => s.reading || s.exit !== null,
-    `${p.name} to read queue ${QUEUE}`,
-    60_000,
-  ).then((s) => expect(s.exit, s.stderr).toBeNull());
+const untilReadingQueue = (p: WorkerProcess) => untilReading(p, QUEUE, 60_000);
 
 interface Run {
   readonly jobId: string;
@@ -112,7 +90,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const p of procs) if (running(p)) p.child.kill('SIGKILL');
+  for (const p of procs) if (isRunning(p)) p.child.kill('SIGKILL');
   await Promise.all(procs.map((p) => p.exited));
   await ledger?.close();
   await pool?.end();
@@ -123,7 +101,7 @@ afterAll(async () => {
 describe('the peer bench workloads on a three-node cluster', () => {
   it('keyed, hot and many keys at once, a worker killed mid-run: no key over its limit, every job completed once, nothing left, replay --verify clean', async () => {
     const workers = [startWorker('worker-1', true), startWorker('worker-2')];
-    await Promise.all(workers.map(untilReading));
+    await Promise.all(workers.map(untilReadingQueue));
     const all = WORKLOADS.flatMap(jobsOf);
     for (let i = 0; i < all.length; i += 200) await ledger.enqueueMany(all.slice(i, i + 200));
 
@@ -134,7 +112,7 @@ describe('the peer bench workloads on a three-node cluster', () => {
     victim.child.kill('SIGKILL');
     await victim.exited;
     const replacement = startWorker('worker-3');
-    await untilReading(replacement);
+    await untilReadingQueue(replacement);
 
     const missing = await until(
       async () => {
@@ -178,6 +156,6 @@ describe('the peer bench workloads on a three-node cluster', () => {
     expect(left[0]).toEqual({ parked: 0, slots: 0 });
     const verified = await runCli(db.url, ['replay', '--verify']);
     expect(verified.code, verified.stdout + verified.stderr).toBe(0);
-    for (const w of [workers[0]!, replacement]) expect({ name: w.name, running: running(w), stderr: w.stderr.slice(-1_000) }).toMatchObject({ running: true });
+    for (const w of [workers[0]!, replacement]) expect({ name: w.name, running: isRunning(w), stderr: w.stderr.slice(-1_000) }).toMatchObject({ running: true });
   });
 });

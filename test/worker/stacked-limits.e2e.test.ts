@@ -7,7 +7,6 @@
  * under each key is computed from those intervals, and the ledger (events table, read models,
  * replay --verify) is checked afterwards.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -16,9 +15,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { keyStream } from '../../src/domain/streams.js';
-import { CLI, runCli } from '../support/cli.js';
+import { runCli } from '../support/cli.js';
 import { createMigratedDatabase, type MigratedDatabase } from '../support/database.js';
 import { until } from '../support/until.js';
+import { isRunning, startWorkerProcess, stopWorkerProcess, untilReading, type WorkerProcess } from '../support/worker-process.js';
 
 const HANDLERS = new URL('../fixtures/stacked-handlers.mjs', import.meta.url).pathname;
 const RUNS_FILE = join(tmpdir(), `jobledger-stacked-${process.pid}-${randomBytes(4).toString('hex')}.jsonl`);
@@ -38,51 +38,22 @@ interface Run {
   readonly pid: number;
 }
 
-interface Proc {
-  readonly name: string;
-  readonly child: ChildProcess;
-  stderr: string;
-  readonly exited: Promise<void>;
-}
-
 let db: MigratedDatabase;
 let ledger: Ledger | undefined;
-const procs: Proc[] = [];
+const procs: WorkerProcess[] = [];
 
-const startWorker = (name: string, cap: number, sweeper = false): Proc => {
-  const args = [CLI, 'worker', '--handlers', HANDLERS, '--queue', QUEUE, '--concurrency', '4', '--queue-cap', `${QUEUE}=${cap}`, ...(sweeper ? ['--sweeper'] : [])];
-  const child = spawn(process.execPath, args, {
-    env: { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: 'warn', STACKED_RUNS_FILE: RUNS_FILE },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const proc: Proc = { name, child, stderr: '', exited };
-  child.stderr?.on('data', (chunk: Buffer) => {
-    proc.stderr += chunk.toString();
-    if (process.env.JOBLEDGER_E2E_VERBOSE) process.stderr.write(chunk);
+const startWorker = (name: string, cap: number, sweeper = false): WorkerProcess => {
+  const proc = startWorkerProcess(name, ['--handlers', HANDLERS, '--queue', QUEUE, '--concurrency', '4', '--queue-cap', `${QUEUE}=${cap}`, ...(sweeper ? ['--sweeper'] : [])], {
+    DATABASE_URL: db.url,
+    STACKED_RUNS_FILE: RUNS_FILE,
   });
   procs.push(proc);
   return proc;
 };
 
-const running = (p: Proc): boolean => p.child.exitCode === null && p.child.signalCode === null;
-
-/** SIGTERM (graceful), SIGKILL after `graceMs`; resolves once the process has exited. */
-const stop = async (p: Proc, graceMs = 3_000): Promise<void> => {
-  if (!running(p)) return;
-  p.child.kill('SIGTERM');
-  const timer = setTimeout(() => running(p) && p.child.kill('SIGKILL'), graceMs);
-  await p.exited;
-  clearTimeout(timer);
-};
-
-/** A worker is reading once it said so (after its ledger opened and recorded its queue cap). */
-const untilReading = (p: Proc) =>
-  until(
-    async () => ({ reading: p.stderr.includes(`reading queue ${QUEUE}`), exit: p.child.exitCode, stderr: p.stderr.slice(-1_000) }),
-    (s) => s.reading || s.exit !== null,
-    `${p.name} to read queue ${QUEUE}`,
-  ).then((s) => expect(s.exit, s.stderr).toBeNull());
+const running = isRunning;
+const stop = stopWorkerProcess;
+const untilReadingQueue = (p: WorkerProcess) => untilReading(p, QUEUE);
 
 const readRuns = async (): Promise<Run[]> =>
   (await readFile(RUNS_FILE, 'utf8'))
@@ -179,7 +150,7 @@ describe('stacked limits and a queue cap across worker processes', () => {
 
   it('3 processes x concurrency 4, 120 jobs under repo:* (2), tenant:A (2) / tenant:B (4) and queue:builds (3): no key over its limit, the cap reached, every job once, nothing left', async () => {
     const workers = [startWorker('worker-1', 3, true), startWorker('worker-2', 3), startWorker('worker-3', 3)];
-    await Promise.all(workers.map(untilReading));
+    await Promise.all(workers.map(untilReadingQueue));
     // The cap came from the workers' configuration, before any job.
     expect((await limitSets(CAP_KEY))[0]).toEqual([3, 'config']);
     ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger, queues: { [QUEUE]: { maxConcurrent: 3 } } });
@@ -232,7 +203,7 @@ describe('stacked limits and a queue cap across worker processes', () => {
     const raise = await runCli(db.url, ['set-limit', '--key', CAP_KEY, '--limit', '4', '--by', 'ops']);
     expect(raise.code, raise.stderr).toBe(0);
     const raised = startWorker('worker-3b', 4);
-    await untilReading(raised);
+    await untilReadingQueue(raised);
     expect(await limitSets(CAP_KEY)).toEqual([[3, 'config'], [4, 'ops']]);
 
     const MORE = 48;
