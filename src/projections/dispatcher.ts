@@ -37,14 +37,14 @@ export const createDispatcher = (): Projection => ({
 });
 
 export const projectDispatch = (events: readonly ProjectedEvent[]): readonly Statement[] => {
-  const admitted = new Map<string, { readonly jobId: string; readonly commit: bigint }>();
+  const admitted = new Map<string, { readonly jobId: string; readonly stream: string; readonly commit: bigint }>();
   const handedOff: string[] = [];
   const lost: string[] = [];
-  for (const { event, commit } of events) {
+  for (const { event, stream, commit } of events) {
     switch (event.type) {
       case 'SlotAcquired':
       case 'JobPromoted':
-        admitted.set(event.data.leaseId, { jobId: event.data.jobId, commit });
+        admitted.set(event.data.leaseId, { jobId: event.data.jobId, stream, commit });
         break;
       case 'JobStarted': {
         // Started in the very transaction that admitted it: its worker runs it already.
@@ -65,7 +65,10 @@ export const projectDispatch = (events: readonly ProjectedEvent[]): readonly Sta
     }
   }
   const out: Statement[] = [];
-  if (admitted.size > 0) out.push(statement(WAKE_SQL, [...new Set([...admitted.values()].map((a) => a.jobId))]));
+  if (admitted.size > 0) {
+    const woken = [...admitted.values()];
+    out.push(statement(WAKE_SQL, [...new Set(woken.map((a) => a.jobId))], [...new Set(woken.map((a) => a.stream))]));
+  }
   if (lost.length > 0) out.push(statement(LEASE_LOST_SQL, lost));
   if (handedOff.length > 0) out.push({ ...statement(HANDED_OFF_SQL, handedOff), returns: 'handedOff' });
   return out;
@@ -76,8 +79,10 @@ export const projectDispatch = (events: readonly ProjectedEvent[]): readonly Sta
  * into one). The queues are read in a subquery of the array the notifications go over: on a
  * distributed ledger (Citus) the subquery runs on the workers and pg_notify on the coordinator,
  * where the listeners are (a NOTIFY on a worker is heard by nobody, and fails a two-phase commit).
+ * $1 the admitted jobs, $2 their streams: there, the rows are read on those streams' shards only
+ * (by job id alone every shard was asked: 140 ms of a one-job enqueue on three nodes).
  */
-export const WAKE_SQL = `SELECT pg_notify('${QUEUE_CHANNEL}', q) FROM unnest(ARRAY(SELECT DISTINCT queue FROM jl_jobs WHERE job_id = ANY($1::text[]))) AS q`;
+export const WAKE_SQL = `SELECT pg_notify('${QUEUE_CHANNEL}', q) FROM unnest(ARRAY(SELECT DISTINCT queue FROM jl_jobs WHERE job_id = ANY($1::text[]) AND stream = ANY($2::text[]))) AS q`;
 
 /** What a worker needs to run a job started by direct handoff (its admission got no message). */
 export const HANDED_OFF_SQL = `SELECT job_id AS "jobId", key, name, args FROM jl_jobs WHERE job_id = ANY($1::text[])`;

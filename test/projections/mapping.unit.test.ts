@@ -471,10 +471,10 @@ describe('dispatcher', () => {
   it('wakes the readers of the queues of the admissions not started in their own transaction: one NOTIFY statement over their rows, all of a batch at once', () => {
     for (const type of ['SlotAcquired', 'JobPromoted'] as const) {
       const statements = dispatch(batchOn().tx(samples[type]).events);
-      expect(statements).toEqual([{ text: WAKE_SQL, values: [['j1']] }]);
+      expect(statements).toEqual([{ text: WAKE_SQL, values: [['j1'], ['key:k']] }]);
     }
     expect(WAKE_SQL).toContain(`pg_notify('${QUEUE_CHANNEL}', q)`);
-    expect(WAKE_SQL).toMatch(/SELECT DISTINCT queue FROM jl_jobs WHERE job_id = ANY\(\$1::text\[\]\)/);
+    expect(WAKE_SQL).toMatch(/SELECT DISTINCT queue FROM jl_jobs WHERE job_id = ANY\(\$1::text\[\]\) AND stream = ANY\(\$2::text\[\]\)/);
     const many = batchOn()
       .tx(mk('SlotAcquired', { jobId: 'a', leaseId: 'a:1', expiresAt: null, at }), mk('SlotAcquired', { jobId: 'b', leaseId: 'b:2', expiresAt: null, at }))
       .tx(mk('JobPromoted', { jobId: 'c', leaseId: 'c:3', expiresAt: null, waitedMs: 0, at }));
