@@ -76,13 +76,21 @@ export const projectDispatch = (events: readonly ProjectedEvent[]): readonly Sta
 
 /**
  * One NOTIFY per queue with admissions (PostgreSQL folds identical notifications of a transaction
- * into one). The queues are read in a subquery of the array the notifications go over: on a
- * distributed ledger (Citus) the subquery runs on the workers and pg_notify on the coordinator,
- * where the listeners are (a NOTIFY on a worker is heard by nobody, and fails a two-phase commit).
- * $1 the admitted jobs, $2 their streams: there, the rows are read on those streams' shards only
- * (by job id alone every shard was asked: 140 ms of a one-job enqueue on three nodes).
+ * into one). $1 the admitted jobs, $2 their streams (on a distributed ledger, the shards to read;
+ * there the wake-up is WAKE_QUEUES_SQL's, below).
  */
-export const WAKE_SQL = `SELECT pg_notify('${QUEUE_CHANNEL}', q) FROM unnest(ARRAY(SELECT DISTINCT queue FROM jl_jobs WHERE job_id = ANY($1::text[]) AND stream = ANY($2::text[]))) AS q`;
+export const WAKE_SQL = `SELECT pg_notify('${QUEUE_CHANNEL}', q.queue) FROM (SELECT DISTINCT queue FROM jl_jobs WHERE job_id = ANY($1::text[]) AND stream = ANY($2::text[])) q`;
+
+/**
+ * WAKE_SQL on a distributed ledger, in two parts: a statement Citus plans on the admitted jobs'
+ * shards runs all of itself there, pg_notify included, and a NOTIFY on a worker is heard by
+ * nobody and fails a two-phase commit. There the queues are read in the transaction
+ * (WAKE_QUEUES_SQL) and notified by the coordinator once it has committed (NOTIFY_QUEUES_SQL): a
+ * reader woken then finds the rows committed, as at the commit; a process that dies in between
+ * leaves the wake-up to the readers' polling.
+ */
+export const WAKE_QUEUES_SQL = `SELECT DISTINCT queue FROM jl_jobs WHERE job_id = ANY($1::text[]) AND stream = ANY($2::text[])`;
+export const NOTIFY_QUEUES_SQL = `SELECT pg_notify('${QUEUE_CHANNEL}', q) FROM unnest($1::text[]) AS q`;
 
 /** What a worker needs to run a job started by direct handoff (its admission got no message). */
 export const HANDED_OFF_SQL = `SELECT job_id AS "jobId", key, name, args FROM jl_jobs WHERE job_id = ANY($1::text[])`;

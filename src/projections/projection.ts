@@ -19,7 +19,7 @@ export interface Statement {
   readonly text: string;
   readonly values: readonly unknown[];
   /** 'handedOff': its rows (jobId, key, name, args) describe jobs started by direct handoff, for the writer to hand to their worker. */
-  readonly returns?: 'handedOff';
+  readonly returns?: 'handedOff' | 'queues';
 }
 
 export interface ProjectedEvent {

@@ -76,6 +76,23 @@ describe('the write path, shard by shard', () => {
     expect((await shardsOf([jobStream('solo-1'), keyStream('tenant/a'), keyStream('tenant/b'), keyStream('api')])).size).toBeGreaterThan(1);
   });
 
+  it("an admission wakes its queue's readers: notified by the coordinator once committed (a worker's NOTIFY fails a two-phase commit)", async () => {
+    const woken: string[] = [];
+    const listening = ledger.queue.listen('wakes', () => woken.push('wakes'));
+    try {
+      // Listening once the subscription says so (a first wake on connecting).
+      const deadline = Date.now() + 10_000;
+      while (woken.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      woken.length = 0;
+      // Keys on several shards, in one two-phase commit.
+      await ledger.enqueueMany(Array.from({ length: 6 }, (_, i) => ({ name: 'w', key: `wake/${i}`, limit: 1, queue: 'wakes' })));
+      while (woken.length === 0 && Date.now() < deadline + 10_000) await new Promise((r) => setTimeout(r, 20));
+      expect(woken.length).toBeGreaterThan(0);
+    } finally {
+      await listening.stop();
+    }
+  });
+
   it('a worker reads its queue across the shards and runs each job once', async () => {
     const seen: string[] = [];
     const worker = ledger.worker({ queue: 'runs', concurrency: 4, handlers: { run: async (_args, ctx) => void seen.push(ctx.jobId) } });

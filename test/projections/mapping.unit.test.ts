@@ -473,7 +473,7 @@ describe('dispatcher', () => {
       const statements = dispatch(batchOn().tx(samples[type]).events);
       expect(statements).toEqual([{ text: WAKE_SQL, values: [['j1'], ['key:k']] }]);
     }
-    expect(WAKE_SQL).toContain(`pg_notify('${QUEUE_CHANNEL}', q)`);
+    expect(WAKE_SQL).toContain(`pg_notify('${QUEUE_CHANNEL}', q.queue)`);
     expect(WAKE_SQL).toMatch(/SELECT DISTINCT queue FROM jl_jobs WHERE job_id = ANY\(\$1::text\[\]\) AND stream = ANY\(\$2::text\[\]\)/);
     const many = batchOn()
       .tx(mk('SlotAcquired', { jobId: 'a', leaseId: 'a:1', expiresAt: null, at }), mk('SlotAcquired', { jobId: 'b', leaseId: 'b:2', expiresAt: null, at }))

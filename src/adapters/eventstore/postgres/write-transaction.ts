@@ -23,6 +23,7 @@ import type { ProjectedEvent, Projection, Statement } from '../../../projections
 import { keyOfStream } from '../../../projections/projection.js';
 import { WRITER, quarantineOf, recordQuarantines, type Quarantine } from '../../../projections/quarantine.js';
 import { projectAll, statementName } from '../../../projections/apply.js';
+import { NOTIFY_QUEUES_SQL, WAKE_QUEUES_SQL, WAKE_SQL } from '../../../projections/dispatcher.js';
 import { ENSURE_WEEKS_SQL } from '../../postgres/append-weeks.js';
 import { parseSnapshotState } from '../../postgres/postgres-snapshot-store.js';
 import { claimCandidates, claimOnShard, claimStatement } from '../../queue/job-queue.js';
@@ -269,7 +270,9 @@ export class PgWriteTransaction implements WriteTransaction {
       statements.push({ text: commit.positions === true ? APPEND_ROWS_RETURNING_SQL : APPEND_ROWS_SQL, values: [json, xid] });
       if (uniques.length > 0) statements.push({ text: UNIQUE_IDS_SQL, values: [uniques] });
     }
-    statements.push(...projectAll(this.options.inline, projected));
+    // On a distributed ledger the wake-ups are notified once committed (dispatcher.ts WAKE_QUEUES_SQL).
+    const wakes = (s: Statement): Statement => (shards !== undefined && s.text === WAKE_SQL ? { text: WAKE_QUEUES_SQL, values: s.values, returns: 'queues' } : s);
+    statements.push(...projectAll(this.options.inline, projected).map(wakes));
     const quarantined = (commit.quarantine ?? []).map(quarantineOf).filter((q): q is Quarantine => q !== undefined);
     if (quarantined.length > 0) statements.push(recordQuarantines(WRITER, quarantined));
     if (commit.snapshots?.length) {
@@ -288,7 +291,13 @@ export class PgWriteTransaction implements WriteTransaction {
     }
     if (this.options.notifyEvents && wire.length > 0) statements.push({ text: NOTIFY_EVENTS_SQL, values: [] });
     statements.push({ text: 'COMMIT', values: [] });
-    const results = await this.run(statements, { ending: true });
+    const results = await this.run(statements, {
+      ending: true,
+      afterCommit: (committed) => {
+        const queues = statements.flatMap((s, i) => (s.returns === 'queues' ? (committed[i]!.rows as { queue: string }[]).map((r) => r.queue) : []));
+        return queues.length === 0 ? [] : [{ text: NOTIFY_QUEUES_SQL, values: [[...new Set(queues)]] }];
+      },
+    });
     if (results.at(-1)!.command !== 'COMMIT') throw new TransientWriteError('COMMIT rolled back');
     const handedOff = new Map<string, HandedOffJob>();
     statements.forEach((s, i) => {
@@ -325,7 +334,10 @@ export class PgWriteTransaction implements WriteTransaction {
    * of them; throws the first error. `ending`: the last one ends the transaction (COMMIT), so the
    * connection goes back to the pool whatever happens.
    */
-  private async run(statements: readonly Statement[], { ending = false } = {}): Promise<pg.QueryResult[]> {
+  private async run(
+    statements: readonly Statement[],
+    { ending = false, afterCommit }: { readonly ending?: boolean; readonly afterCommit?: (results: readonly pg.QueryResult[]) => readonly Statement[] } = {},
+  ): Promise<pg.QueryResult[]> {
     if (this.ended) throw new Error('write transaction already ended');
     const query = (s: Statement): Promise<pg.QueryResult> =>
       s.values.length === 0 ? this.client.query(s.text) : this.client.query({ name: statementName(s.text), text: s.text, values: s.values as unknown[] });
@@ -340,6 +352,11 @@ export class PgWriteTransaction implements WriteTransaction {
       // the transaction is over (rolled back); make the weeks, and the writer runs it again.
       if (!this.broken && settled.some((r) => r.status === 'rejected' && isMissingWeek(r.reason))) {
         await this.client.query(ENSURE_WEEKS_SQL).catch(() => (this.broken = true));
+      }
+      // Once committed, on the same connection: a failure of these changes nothing committed.
+      if (afterCommit !== undefined && !this.broken && settled.every((r) => r.status === 'fulfilled')) {
+        const results = settled.slice(all.length - statements.length).map((r) => (r as PromiseFulfilledResult<pg.QueryResult>).value);
+        for (const s of afterCommit(results)) await this.client.query(s.text, s.values as unknown[]).catch(() => undefined);
       }
       this.release();
     }
