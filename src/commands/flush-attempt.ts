@@ -240,15 +240,15 @@ async function landed(ctx: FlushContext, probe: EventProbe): Promise<boolean> {
  * fail (it landed): a failed read leaves them to lease expiry.
  */
 async function handedOffIn(ctx: FlushContext, appends: readonly DecidedAppend[]): Promise<Map<string, HandedOffJob>> {
-  const jobIds = appends.flatMap(({ decided = [] }) => {
+  const jobs = appends.flatMap(({ stream, decided = [] }) => {
     const admitted = new Set(decided.flatMap((e) => (e.type === 'SlotAcquired' || e.type === 'JobPromoted' ? [e.data.leaseId] : [])));
-    return decided.flatMap((e) => (e.type === 'JobStarted' && admitted.has(e.data.leaseId) ? [e.data.jobId] : []));
+    return decided.flatMap((e) => (e.type === 'JobStarted' && admitted.has(e.data.leaseId) ? [{ jobId: e.data.jobId, stream }] : []));
   });
-  if (jobIds.length === 0) return new Map();
+  if (jobs.length === 0) return new Map();
   try {
-    return new Map((await ctx.store.handedOffJobs(jobIds)).map((job) => [job.jobId, job]));
+    return new Map((await ctx.store.handedOffJobs(jobs)).map((job) => [job.jobId, job]));
   } catch (error) {
-    ctx.log.warn({ err: error, jobIds }, 'reading the handed-off jobs of a flush whose COMMIT answer was lost failed: they run again once their leases expire');
+    ctx.log.warn({ err: error, jobIds: jobs.map((j) => j.jobId) }, 'reading the handed-off jobs of a flush whose COMMIT answer was lost failed: they run again once their leases expire');
     return new Map();
   }
 }

@@ -38,7 +38,7 @@ export const createDispatcher = (): Projection => ({
 
 export const projectDispatch = (events: readonly ProjectedEvent[]): readonly Statement[] => {
   const admitted = new Map<string, { readonly jobId: string; readonly stream: string; readonly commit: bigint }>();
-  const handedOff: string[] = [];
+  const handedOff: { readonly jobId: string; readonly stream: string }[] = [];
   const lost: string[] = [];
   for (const { event, stream, commit } of events) {
     switch (event.type) {
@@ -49,7 +49,7 @@ export const projectDispatch = (events: readonly ProjectedEvent[]): readonly Sta
       case 'JobStarted': {
         // Started in the very transaction that admitted it: its worker runs it already.
         const { leaseId } = event.data;
-        if (admitted.get(leaseId)?.commit === commit) handedOff.push(event.data.jobId);
+        if (admitted.get(leaseId)?.commit === commit) handedOff.push({ jobId: event.data.jobId, stream });
         admitted.delete(leaseId);
         break;
       }
@@ -70,7 +70,7 @@ export const projectDispatch = (events: readonly ProjectedEvent[]): readonly Sta
     out.push(statement(WAKE_SQL, [...new Set(woken.map((a) => a.jobId))], [...new Set(woken.map((a) => a.stream))]));
   }
   if (lost.length > 0) out.push(statement(LEASE_LOST_SQL, lost));
-  if (handedOff.length > 0) out.push({ ...statement(HANDED_OFF_SQL, handedOff), returns: 'handedOff' });
+  if (handedOff.length > 0) out.push({ ...statement(HANDED_OFF_SQL, handedOff.map((h) => h.jobId), [...new Set(handedOff.map((h) => h.stream))]), returns: 'handedOff' });
   return out;
 };
 
@@ -92,7 +92,7 @@ export const WAKE_SQL = `SELECT pg_notify('${QUEUE_CHANNEL}', q.queue) FROM (SEL
 export const WAKE_QUEUES_SQL = `SELECT DISTINCT queue FROM jl_jobs WHERE job_id = ANY($1::text[]) AND stream = ANY($2::text[])`;
 export const NOTIFY_QUEUES_SQL = `SELECT pg_notify('${QUEUE_CHANNEL}', q) FROM unnest($1::text[]) AS q`;
 
-/** What a worker needs to run a job started by direct handoff (its admission got no message). */
-export const HANDED_OFF_SQL = `SELECT job_id AS "jobId", key, name, args FROM jl_jobs WHERE job_id = ANY($1::text[])`;
+/** What a worker needs to run a job started by direct handoff (its admission got no message). $1 the jobs, $2 their streams (on a distributed ledger, the shards to read). */
+export const HANDED_OFF_SQL = `SELECT job_id AS "jobId", key, name, args FROM jl_jobs WHERE job_id = ANY($1::text[]) AND stream = ANY($2::text[])`;
 
 export const LEASE_LOST_SQL = `SELECT pg_notify('${LEASE_LOST_CHANNEL}', lease) FROM unnest($1::text[]) AS lease`;

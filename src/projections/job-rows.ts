@@ -254,7 +254,7 @@ export const jobStatements = (changes: readonly JobChange[]): Statement[] => {
   const updated = changes.filter((c) => c.created === null && (c.m !== 0 || c.yieldLease !== null || c.updatedAt !== null));
   if (updated.length > 0) {
     const rows = updated.map((c) => ({ job_id: c.jobId, m: c.m, ...c.cols, seq: c.seq, yield_lease: c.yieldLease, updated_at: c.updatedAt }));
-    out.push(statement(UPDATE_JOBS_SQL, JSON.stringify(rows), updated.map((c) => c.jobId), String(updated.length)));
+    out.push(statement(UPDATE_JOBS_SQL, JSON.stringify(rows), updated.map((c) => c.jobId), String(updated.length), [...new Set(updated.map((c) => c.stream))]));
   }
   return out;
 };
@@ -277,7 +277,8 @@ FROM jsonb_to_recordset($1::jsonb) AS x (
 const keep = (bit: number, column: string, value: string) => `${column} = CASE WHEN x.m & ${bit} <> 0 THEN ${value} ELSE j.${column} END`;
 
 // The rows as one JSON array ($1), their keys ($2, so the planner finds each by primary key,
-// LATERAL-free: `job_id = ANY` then the join), and how many there are ($3): a row the batch
+// LATERAL-free: `job_id = ANY` then the join), their streams ($4: on a distributed ledger the
+// shards to update, every shard otherwise), and how many there are ($3): a row the batch
 // updates MUST exist (its job's JobEnqueued made it), and jl_expect_rows fails the batch when one
 // is missing instead of losing the job silently. On the right of SET, j.* is the row before the
 // update: a legacy yield hands the attempt back only if the row says its lease was started, and a
@@ -309,7 +310,7 @@ FROM jsonb_to_recordset($1::jsonb) AS x (
   job_id text, m int, status text, attempts int, run_at float8, started_at float8, finished_at float8, last_error text,
   finish_reason text, worker_id text, lease_id text, how text, acquired_at float8, expires_at float8, revoked_by text, revoked_at float8,
   revoke_cancels boolean, parked_at float8, parked_revision bigint, seq bigint, yield_lease text, updated_at float8)
-WHERE j.job_id = ANY ($2::text[]) AND j.job_id = x.job_id
+WHERE j.job_id = ANY ($2::text[]) AND j.job_id = x.job_id AND j.stream = ANY ($4::text[])
 RETURNING 1
 )
 SELECT jl_expect_rows(count(*), $3::int, 'jl_jobs') FROM updated`;

@@ -114,11 +114,11 @@ export const projectReadModels = (events: readonly ProjectedEvent[]): readonly S
     if (rows.length > 0) out.push(statement(text, JSON.stringify(rows)));
   };
   add(UPSERT_KEYS_SQL, [...keys.values()]);
-  add(PAUSE_KEYS_SQL, [...pauses.values()]);
+  if (pauses.size > 0) out.push(statement(PAUSE_KEYS_SQL, JSON.stringify([...pauses.values()]), [...pauses.values()].map((p) => p.stream)));
   out.push(...jobStatements([...jobs.values()]));
   const visits = [...guests.values()];
   const left = visits.filter((g) => g.drop);
-  if (left.length > 0) out.push(statement(DELETE_LIMIT_JOBS_SQL, JSON.stringify(left.map((g) => ({ stream: g.stream, job_id: g.jobId }))), left.map((g) => g.jobId)));
+  if (left.length > 0) out.push(statement(DELETE_LIMIT_JOBS_SQL, JSON.stringify(left.map((g) => ({ stream: g.stream, job_id: g.jobId }))), left.map((g) => g.jobId), [...new Set(left.map((g) => g.stream))]));
   add(UPSERT_LIMIT_JOBS_SQL, visits.filter((g) => g.row !== null).map((g) => ({ stream: g.stream, key: g.key, job_id: g.jobId, ...g.row })));
   return out;
 };
@@ -126,7 +126,8 @@ export const projectReadModels = (events: readonly ProjectedEvent[]): readonly S
 // Every statement takes its rows as ONE JSON array ($1): one round trip and one plan per table,
 // whatever the batch's size. The planner takes a JSON array for 100 rows, so an UPDATE joining
 // it could hash-join a whole table: the UPDATEs also name their keys ($2), so each row is found
-// by its primary key however big the table is. In READ_MODEL_TABLES' order; jl_limit_jobs' deletes
+// by its primary key however big the table is, and their streams (on a distributed ledger, the
+// shards to touch: by a join alone every shard is asked). In READ_MODEL_TABLES' order; jl_limit_jobs' deletes
 // before its upserts (a guest that left and came back in the batch is a new row).
 
 export const UPSERT_KEYS_SQL = `
@@ -139,13 +140,13 @@ ON CONFLICT (stream) DO UPDATE SET concurrency_limit = excluded.concurrency_limi
 export const PAUSE_KEYS_SQL = `
 UPDATE jl_keys k SET paused_at = ${ms('x.paused_at')}, paused_by = x.paused_by, paused_reason = x.paused_reason
 FROM jsonb_to_recordset($1::jsonb) AS x (stream text, paused_at float8, paused_by text, paused_reason text)
-WHERE k.stream = x.stream`;
+WHERE k.stream = ANY ($2::text[]) AND k.stream = x.stream`;
 
 // $2: the job ids of the rows, so the planner finds each through jl_limit_jobs_job (see above).
 export const DELETE_LIMIT_JOBS_SQL = `
 DELETE FROM jl_limit_jobs g
 USING jsonb_to_recordset($1::jsonb) AS x (stream text, job_id text)
-WHERE g.job_id = ANY ($2::text[]) AND g.job_id = x.job_id AND g.stream = x.stream`;
+WHERE g.job_id = ANY ($2::text[]) AND g.job_id = x.job_id AND g.stream = x.stream AND g.stream = ANY ($3::text[])`;
 
 // A guest with a row from before the batch keeps its place in line (priority, seq, home): only
 // where it is and since when change, as in the key's state.

@@ -79,8 +79,8 @@ class Transactions implements LedgerStore {
     return this.inner.recorded(probe);
   }
 
-  handedOffJobs(jobIds: readonly string[]): Promise<readonly HandedOffJob[]> {
-    return this.inner.handedOffJobs(jobIds);
+  handedOffJobs(jobs: Parameters<LedgerStore['handedOffJobs']>[0]): Promise<readonly HandedOffJob[]> {
+    return this.inner.handedOffJobs(jobs);
   }
 
   async begin(): Promise<WriteTransaction> {

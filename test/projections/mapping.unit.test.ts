@@ -118,7 +118,7 @@ const expectWellFormed = (s: Statement) => {
       expect(typeof v, `value $${i + 1} of ${s.text}`).toBe('string');
     }
   });
-  if (/ANY \(\$2::text\[\]\)/.test(s.text)) {
+  if (/job_id = ANY \(\$2::text\[\]\)/.test(s.text)) {
     expect(s.values[1]).toEqual((JSON.parse(s.values[0] as string) as { job_id: string }[]).map((r) => r.job_id));
   }
   // An UPDATE that checks it found its rows ($3) expects exactly as many as it names.
@@ -490,7 +490,7 @@ describe('dispatcher', () => {
       mk('JobStarted', { jobId: 'j1', leaseId: 'j1:2', workerId: 'w1', attempt: 1, expiresAt: at + S, at }),
     );
     const statements = dispatch(b.events);
-    expect(statements).toEqual([{ text: HANDED_OFF_SQL, values: [['j1']], returns: 'handedOff' }]);
+    expect(statements).toEqual([{ text: HANDED_OFF_SQL, values: [['j1'], ['key:k']], returns: 'handedOff' }]);
     expect(HANDED_OFF_SQL).toMatch(/"jobId", key, name, args FROM jl_jobs/);
   });
 

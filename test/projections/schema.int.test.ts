@@ -148,8 +148,8 @@ describe('the read models\' schema', () => {
     try {
       await client.query('BEGIN');
       await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
-      await client.query(`PREPARE test_jobs (jsonb, text[], int) AS ${UPDATE_JOBS_SQL}`);
-      const { rows } = await client.query(`EXPLAIN EXECUTE test_jobs('[{"job_id": "j3"}]', ARRAY['j3'], 1)`);
+      await client.query(`PREPARE test_jobs (jsonb, text[], int, text[]) AS ${UPDATE_JOBS_SQL}`);
+      const { rows } = await client.query(`EXPLAIN EXECUTE test_jobs('[{"job_id": "j3"}]', ARRAY['j3'], 1, ARRAY['key:k3'])`);
       const p = rows.map((r) => r['QUERY PLAN']).join('\n');
       expect(p, p).toMatch(/(Bitmap )?Index Scan (using|on) jl_jobs_pkey/);
       expect(p, p).not.toMatch(/Seq Scan on jl_jobs/);

@@ -140,7 +140,7 @@ export interface LedgerStore {
   /** Whether this exact event is recorded: a commit is all or nothing, so one event of it says whether it landed. */
   recorded(probe: EventProbe): Promise<boolean>;
   /** What a worker needs to run these jobs: what a commit's answer carries for those it hands off, read again when that answer was lost. */
-  handedOffJobs(jobIds: readonly string[]): Promise<readonly HandedOffJob[]>;
+  handedOffJobs(jobs: readonly { readonly jobId: string; readonly stream: string }[]): Promise<readonly HandedOffJob[]>;
 }
 
 /** The transaction failed for a reason that says nothing about the commands (deadlock, a stream created concurrently, a lost connection): run it again. */

@@ -85,8 +85,8 @@ export class PostgresEventStore implements EventStore, LedgerStore {
     return rows[0]?.found === true;
   }
 
-  async handedOffJobs(jobIds: readonly string[]): Promise<readonly HandedOffJob[]> {
-    return (await this.pool.query<HandedOffJob>(HANDED_OFF_SQL, [jobIds])).rows;
+  async handedOffJobs(jobs: readonly { readonly jobId: string; readonly stream: string }[]): Promise<readonly HandedOffJob[]> {
+    return (await this.pool.query<HandedOffJob>(HANDED_OFF_SQL, [jobs.map((j) => j.jobId), [...new Set(jobs.map((j) => j.stream))]])).rows;
   }
 
   async append(stream: string, expected: ExpectedRevision, events: readonly EventToAppend[]): Promise<AppendResult> {
