@@ -107,6 +107,21 @@ describe('the write path, shard by shard', () => {
     expect(seen.sort()).toEqual(Array.from({ length: 30 }, (_, i) => `run-${i}`).sort());
   });
 
+  it('a given job id is one job across every shard: enqueued again on another key, it is a duplicate and nothing is written', async () => {
+    expect((await ledger.enqueue({ name: 'once', key: 'given/a', jobId: 'given-1' })).status).toBe('acquired');
+    const count = async () => (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n;
+    const before = await count();
+    expect((await ledger.enqueue({ name: 'once', key: 'given/b', jobId: 'given-1' })).status).toBe('duplicate');
+    expect(await count()).toBe(before);
+  });
+
+  it('archive is refused on a distributed ledger, naming why, and moves nothing', async () => {
+    const count = async () => (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0]!.n;
+    const before = await count();
+    await expect(ledger.archive({ before: Date.now() })).rejects.toMatchObject({ name: 'ArchiveDistributedError' });
+    expect(await count()).toBe(before);
+  });
+
   it('reads across keys: the page of keys, a key, a job, its history and explanation, the audit', async () => {
     const page = await ledger.keyPage({ unstartedAfterMs: 30_000 });
     expect(page.totals.keys).toBeGreaterThan(24);

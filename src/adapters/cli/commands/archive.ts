@@ -30,7 +30,9 @@ export const registerArchive = (program: Command, ctx: CommandContext): void => 
     .option('--json', 'machine-readable output')
     .action(async (flags: { before: string; exact?: boolean; dryRun?: boolean; json?: boolean }) => {
       const before = cutOf(flags.before, Date.now());
-      const result = await withLedger(ctx, (ledger) => ledger.archive({ before, exact: flags.exact === true, dryRun: flags.dryRun === true }));
+      const result = await withLedger(ctx, (ledger) => ledger.archive({ before, exact: flags.exact === true, dryRun: flags.dryRun === true })).catch((error: unknown) => {
+        throw (error as Error).name === 'ArchiveDistributedError' ? new UsageError((error as Error).message) : error;
+      });
       const dry = flags.dryRun === true;
       print({ json: flags.json === true }, { before: new Date(before).toISOString(), dryRun: dry, exact: flags.exact === true, ...result }, () => {
         const weeks = result.weeks.length === 0 ? 'no whole week' : `${result.weeks.length} whole week${result.weeks.length === 1 ? '' : 's'} (before Monday ${result.weeksBefore}, UTC)`;
