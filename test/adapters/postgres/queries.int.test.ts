@@ -72,6 +72,12 @@ const plan = async (text: string, { enableSeqscan = true } = {}): Promise<string
   }
 };
 
+/**
+ * A distributed ledger's own statements (they call Citus's functions and read its metadata): run
+ * on a cluster by test/citus/reads.citus.test.ts, not planned here.
+ */
+const distributedOnly = (q: Query): boolean => / DISTRIBUTED_\w+_SQL$/.test(q.name);
+
 const textOf = (name: string): string => {
   const query = queries.find((q) => q.name === name);
   if (query === undefined) throw new Error(`no exported query ${name}`);
@@ -86,8 +92,9 @@ describe('the exported read queries', () => {
     }
   });
 
-  it('each plans against the current schema', async () => {
-    for (const { name, text } of queries) {
+  it("each plans against the current schema (a distributed ledger's own statements apart: these)", async () => {
+    expect(queries.filter(distributedOnly).map((q) => q.name).sort()).toEqual(['ledger-metrics.ts: DISTRIBUTED_LEDGER_METRICS_SQL', 'ledger-metrics.ts: DISTRIBUTED_LEDGER_SIZE_SQL']);
+    for (const { name, text } of queries.filter((q) => !distributedOnly(q))) {
       const p = await plan(text).catch((error: Error) => {
         throw new Error(`${name}: ${error.message}`, { cause: error });
       });

@@ -3,8 +3,9 @@ import type pg from 'pg';
 import { MAX_KEY_LENGTH, Text, checkField, refine } from '../../../domain/values.js';
 import { inTransaction } from '../../../projections/transaction.js';
 import { paramTime, unstartedBefore } from './holder-state.js';
-import { KEY_COLUMNS, KEY_ROWS, toKeyRow, type HolderCounts, type KeyRow, type Row } from './list-keys.js';
+import { KEY_ROWS, keyColumns, toKeyRow, type HolderCounts, type KeyRow, type Row } from './list-keys.js';
 import { DEFAULT_KEY_PAGE, KEY_SORTS, LISTED_PER_WARNING, MAX_KEY_PAGE } from './key-page-options.js';
+import { QUARANTINES } from './quarantine.js';
 import { epochMs, toMs } from './sql.js';
 import { workerLive } from './workers.js';
 
@@ -118,14 +119,16 @@ const PAGE_ORDER = (m: string): string => `
 // (NULL: either), $6: sort, $7: 1 for ascending, -1 for descending, $8: page size, $9: offset,
 // $10: LISTED_PER_WARNING. KEY_ROWS once (materialized) and, from it, the totals, the page (the
 // first offset + limit matching keys of the order: a top-N sort, bounded by the keys known) and the
-// attention groups: the page is shipped, not the keys. The quarantines joined by hash (a few rows);
-// the workers (a few rows); the unstarted holders' queues by jl_jobs_claim.
+// attention groups: the page is shipped, not the keys. The quarantines joined by hash (a few rows),
+// each stream's once (QUARANTINES: a key two readers stopped at is one key) and in `keyed`, not
+// looked up for each row of the page (Citus refuses a correlated subquery over a CTE's rows:
+// test/citus/reads.citus.test.ts); the workers (a few rows); the unstarted holders' queues by jl_jobs_claim.
 export const KEY_PAGE_SQL = /* sql */ `
 WITH ${KEY_ROWS},
 keyed AS MATERIALIZED (
-  SELECT r.*, r.in_use >= r.concurrency_limit AS at_limit, c.causes, cardinality(c.causes) > 0 AS attention
+  SELECT r.*, r.in_use >= r.concurrency_limit AS at_limit, c.causes, cardinality(c.causes) > 0 AS attention, q.quarantine
   FROM rows r
-  LEFT JOIN jl_quarantined q ON q.stream = r.stream
+  LEFT JOIN (${QUARANTINES}) q ON q.stream = r.stream
   CROSS JOIN LATERAL (
     -- In ATTENTION_CAUSES order.
     SELECT array_remove(ARRAY[
@@ -165,7 +168,7 @@ SELECT
   (SELECT json_build_object('live', count(*) FILTER (WHERE ${workerLive('w')}), 'gone', count(*) FILTER (WHERE NOT ${workerLive('w')})) FROM workers w) AS workers,
   (SELECT count(*)::int FROM matching) AS matched,
   (SELECT coalesce(json_agg(p ORDER BY p.ord), '[]')
-   FROM (SELECT ${KEY_COLUMNS}, r.causes AS attention, r.ord FROM paged r) p) AS keys,
+   FROM (SELECT ${keyColumns('r.quarantine')}, r.causes AS attention, r.ord FROM paged r) p) AS keys,
   (SELECT coalesce(json_agg(json_build_object(
             'cause', g.cause, 'count', g.count, 'holders', g.holders, 'since', g.since,
             'first', (SELECT json_agg(f ORDER BY f.rank) FROM (

@@ -1,5 +1,6 @@
 import { FACT_BITS, MAX_ROW_EVENTS } from '../../../projections/ledger-rows.js';
 import type { Queryable } from '../../../projections/transaction.js';
+import { DistributedAsyncError } from '../distribution.js';
 import { HOLDER_STATES, holderState, type HolderState } from './holder-state.js';
 import { workerLive } from './workers.js';
 
@@ -90,20 +91,48 @@ export interface LedgerSize {
   readonly archivedBytes: number;
 }
 
+/** Where the ledger's tables are: on this server, or distributed by key (Citus: src/adapters/postgres/distribution.ts). */
+export interface LedgerLayout {
+  /** The ledger is distributed (default false): its rows are in the shards of the nodes, its tables on the coordinator are empty. */
+  readonly distributed?: boolean;
+}
+
 // Reads the catalog (pg_class by its oid index), the two tables' sizes and their newest 1,000
 // rows (appends_global_order, appends_archive_global_order); the tables themselves only while never analyzed.
 export const LEDGER_SIZE_SQL = /* sql */ `SELECT ${estimatedRows('appends')} AS events, ${estimatedRows('appends_archive')} AS "archivedEvents",
   ${totalBytes('appends')} AS bytes, ${totalBytes('appends_archive')} AS "archivedBytes"`;
 
-/** The ledger's size alone (the overview's card): the catalog's figures, no scan. */
-export const readLedgerSize = async (db: Queryable): Promise<LedgerSize> => (await db.query<LedgerSize>(LEDGER_SIZE_SQL)).rows[0]!;
+// LEDGER_SIZE_SQL on a distributed ledger: the coordinator's tables are empty, the rows are in
+// the shards, each node's own (pg_dist_placement of its group). Each node estimates its shards as
+// LEDGER_SIZE_SQL does this server's tables (jl_estimated_events of each shard, a partitioned
+// table as its table is, and its partitions' sizes), one command per node at once
+// (run_command_on_all_nodes: a connection to each); a failing node fails the read (its error is
+// not a number). Guarded by test/citus/reads.citus.test.ts (the ledger's size).
+export const DISTRIBUTED_LEDGER_SIZE_SQL = /* sql */ `
+SELECT coalesce(sum((n.result::json->>'events')::float8), 0) AS events, coalesce(sum((n.result::json->>'archivedEvents')::float8), 0) AS "archivedEvents",
+       coalesce(sum((n.result::json->>'bytes')::float8), 0) AS bytes, coalesce(sum((n.result::json->>'archivedBytes')::float8), 0) AS "archivedBytes"
+FROM run_command_on_all_nodes($$
+  SELECT json_build_object(
+           'events', coalesce(sum(jl_estimated_events(l.shard)) FILTER (WHERE l.parent = 'appends'), 0),
+           'archivedEvents', coalesce(sum(jl_estimated_events(l.shard)) FILTER (WHERE l.parent = 'appends_archive'), 0),
+           'bytes', coalesce(sum(l.bytes) FILTER (WHERE l.parent = 'appends'), 0),
+           'archivedBytes', coalesce(sum(l.bytes) FILTER (WHERE l.parent = 'appends_archive'), 0))
+  FROM (SELECT s.logicalrelid::text AS parent, shard_name(s.logicalrelid, s.shardid)::regclass AS shard,
+               (SELECT sum(pg_total_relation_size(t.relid)) FROM pg_partition_tree(shard_name(s.logicalrelid, s.shardid)::regclass) t) AS bytes
+        FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid)
+        WHERE s.logicalrelid IN ('appends'::regclass, 'appends_archive'::regclass)
+          AND p.groupid = (SELECT groupid FROM pg_dist_local_group)) l$$) n`;
+
+/** The ledger's size alone (the overview's card): the catalog's figures (a distributed ledger's: its nodes'), no scan. */
+export const readLedgerSize = async (db: Queryable, { distributed = false }: LedgerLayout = {}): Promise<LedgerSize> =>
+  (await db.query<LedgerSize>(distributed ? DISTRIBUTED_LEDGER_SIZE_SQL : LEDGER_SIZE_SQL)).rows[0]!;
 
 // The parked jobs of each key, own and guests (the count jl_key_stats.parked gives), from the
 // parked rows alone: ranking through jl_key_stats would count every key's slots and jobs too.
-// $1: the async projections' names. Counts whole read models (jl_keys, jl_key_stats, jl_slots,
-// jl_parked, jl_limit_jobs, jl_jobs, jl_quarantined, workers); the lag reads projection_checkpoints
-// (projection_checkpoints_pkey) and the rows past each checkpoint (appends_global_order).
-export const LEDGER_METRICS_SQL = /* sql */ `
+// Counts whole read models (jl_keys, jl_key_stats, jl_slots, jl_parked, jl_limit_jobs, jl_jobs,
+// jl_quarantined, workers). `sizes`: the four size columns (and a comma), `lag` the projections'
+// lag as JSON, `from` what the sizes read besides.
+const ledgerMetricsSql = ({ sizes, lag, from }: { sizes: string; lag: string; from: string }): string => /* sql */ `
 WITH waiting AS MATERIALIZED (
   SELECT k.key, count(*)::int AS parked, extract(epoch FROM statement_timestamp() - min(w.since))::float8 AS "oldestParkedSeconds"
   FROM (SELECT stream, parked_at AS since FROM jl_parked
@@ -131,11 +160,13 @@ SELECT
   (SELECT count(*) FILTER (WHERE NOT ${workerLive('w')})::int FROM workers w) AS workers_gone,
   (SELECT coalesce(jsonb_agg(r ORDER BY r.parked DESC, r.key), '[]') FROM (SELECT * FROM waiting ORDER BY parked DESC, key LIMIT ${TOP_KEYS}) r) AS top_parked,
   (SELECT coalesce(jsonb_agg(r ORDER BY r."oldestParkedSeconds" DESC, r.key), '[]') FROM (SELECT * FROM waiting ORDER BY "oldestParkedSeconds" DESC, key LIMIT ${TOP_KEYS}) r) AS top_waiting,
-  ${estimatedRows('appends')} AS ledger_events,
-  ${totalBytes('appends')} AS ledger_bytes,
-  ${estimatedRows('appends_archive')} AS archived_events,
-  ${totalBytes('appends_archive')} AS archived_bytes,
-  (SELECT coalesce(jsonb_agg(jsonb_build_object('projection', p.name, 'events', lag.events, 'seconds', lag.seconds) ORDER BY p.name), '[]')
+  ${sizes}
+  ${lag} AS projection_lag
+FROM (SELECT count(*) FILTER (WHERE status = 'holding')::int AS holding, count(*) FILTER (WHERE status = 'parked')::int AS parked FROM jl_limit_jobs) guests${from}`;
+
+// The events of each async projection past its checkpoint ($1: their names), as JSON: reads
+// projection_checkpoints (projection_checkpoints_pkey) and the rows past each checkpoint (appends_global_order).
+const PROJECTION_LAG = /* sql */ `(SELECT coalesce(jsonb_agg(jsonb_build_object('projection', p.name, 'events', lag.events, 'seconds', lag.seconds) ORDER BY p.name), '[]')
    FROM unnest($1::text[]) AS p (name)
    LEFT JOIN projection_checkpoints c ON c.projection = p.name
    CROSS JOIN LATERAL (SELECT coalesce(c.commit, 0)::text::xid8 AS commit, coalesce(c.prepare, 0)::bigint AS prepare) at
@@ -148,8 +179,38 @@ SELECT
        FROM appends a
        WHERE (a.transaction_id, a.position) >= (at.commit, at.prepare >> ${FACT_BITS})
      ) e
-   ) lag) AS projection_lag
-FROM (SELECT count(*) FILTER (WHERE status = 'holding')::int AS holding, count(*) FILTER (WHERE status = 'parked')::int AS parked FROM jl_limit_jobs) guests`;
+   ) lag)`;
+
+/** The sizes of LEDGER_SIZE_SQL, as the metrics' columns. */
+const CATALOG_SIZES = /* sql */ `${estimatedRows('appends')} AS ledger_events,
+  ${totalBytes('appends')} AS ledger_bytes,
+  ${estimatedRows('appends_archive')} AS archived_events,
+  ${totalBytes('appends_archive')} AS archived_bytes,`;
+
+export const LEDGER_METRICS_SQL = ledgerMetricsSql({ sizes: CATALOG_SIZES, lag: PROJECTION_LAG, from: '' });
+
+// With no async projection (inline ones have no lag) the lag is not read at all: Citus cannot
+// push its LATERAL read of appends down, and a distributed ledger's projections are inline
+// (DistributedAsyncError), so this text also runs there (its sizes then the coordinator's empty
+// tables': DISTRIBUTED_LEDGER_METRICS_SQL reads the shards'). Guarded by test/citus/reads.citus.test.ts.
+export const INLINE_LEDGER_METRICS_SQL = ledgerMetricsSql({ sizes: CATALOG_SIZES, lag: `'[]'::jsonb`, from: '' });
+
+// The metrics of a distributed ledger: INLINE_LEDGER_METRICS_SQL with the shards' sizes (DISTRIBUTED_LEDGER_SIZE_SQL).
+export const DISTRIBUTED_LEDGER_METRICS_SQL = ledgerMetricsSql({
+  sizes: /* sql */ `size.events AS ledger_events,
+  size.bytes AS ledger_bytes,
+  size."archivedEvents" AS archived_events,
+  size."archivedBytes" AS archived_bytes,`,
+  lag: `'[]'::jsonb`,
+  from: ` CROSS JOIN (${DISTRIBUTED_LEDGER_SIZE_SQL}) size`,
+});
+
+/** The statement of the metrics (and its values) for these async projections and this layout. */
+const metricsQuery = (asyncProjections: readonly string[], distributed: boolean): [string, unknown[]] => {
+  if (asyncProjections.length === 0) return [distributed ? DISTRIBUTED_LEDGER_METRICS_SQL : INLINE_LEDGER_METRICS_SQL, []];
+  if (distributed) throw new DistributedAsyncError();
+  return [LEDGER_METRICS_SQL, [asyncProjections]];
+};
 
 interface Row {
   keys: number;
@@ -178,10 +239,11 @@ interface Row {
 /**
  * A snapshot of the ledger's figures. `asyncProjections` names the projections applied by async
  * runners: their lag is the events past their checkpoint. Inline projections apply in the append
- * transaction and have none, so they are not asked about.
+ * transaction and have none, so they are not asked about. A distributed ledger (`distributed`)
+ * has inline projections only (DistributedAsyncError otherwise) and its sizes are its shards'.
  */
-export const readLedgerMetrics = async (db: Queryable, asyncProjections: readonly string[]): Promise<LedgerMetrics> => {
-  const { rows } = await db.query<Row>(LEDGER_METRICS_SQL, [asyncProjections]);
+export const readLedgerMetrics = async (db: Queryable, asyncProjections: readonly string[], { distributed = false }: LedgerLayout = {}): Promise<LedgerMetrics> => {
+  const { rows } = await db.query<Row>(...metricsQuery(asyncProjections, distributed));
   const r = rows[0]!;
   return {
     keys: r.keys,

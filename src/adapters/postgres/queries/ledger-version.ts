@@ -43,6 +43,9 @@ const digest = (rows: string, order: string): string => `md5(coalesce(string_agg
 // appends_global_order and appends_archive_global_order (backwards, one entry each); the
 // snapshot's running transactions; projection_checkpoints, jl_quarantined and workers whole (a
 // few rows each); jl_jobs_expiry up to now; jl_jobs_claim's entries (the admitted jobs nobody started).
+// `pending` MUST be read where the ledger's transaction ids are made, the coordinator on Citus: its
+// subquery reads no distributed table (a worker's snapshot lists the worker's own ids), so Citus
+// evaluates it there (test/citus/reads.citus.test.ts, "pending").
 export const LEDGER_VERSION_SQL = /* sql */ `
 WITH newest AS MATERIALIZED (
   SELECT transaction_id, position FROM (

@@ -103,8 +103,8 @@ rows AS (
   LEFT JOIN counts c ON c.stream = k.stream
 )`;
 
-/** The select list of a KeyRow from a `rows` row `r` (toKeyRow finishes it). */
-export const KEY_COLUMNS = /* sql */ `
+/** The select list of a KeyRow from a `rows` row `r`, its quarantine the JSON `quarantine` gives (toKeyRow finishes it). */
+export const keyColumns = (quarantine: string): string => /* sql */ `
        r.key,
        r.concurrency_limit AS "limit",
        r.in_use AS "inUse",
@@ -114,13 +114,13 @@ export const KEY_COLUMNS = /* sql */ `
        ${epochMs('r.next_lease_expiry')} AS "nextLeaseExpiry",
        json_build_object('running', r.running, 'unstarted', r.unstarted, 'expired', r.expired, 'workerGone', r.worker_gone) AS "holderStates",
        ${epochMs('r.oldest_unstarted_at')} AS "oldestUnstartedAt",
-       ${quarantineJson('r.stream')} AS quarantine,
+       ${quarantine} AS quarantine,
        ${pauseJson('r')} AS paused`;
 
 // Every key (KEY_ROWS), by key.
 export const LIST_KEYS_SQL = /* sql */ `
 WITH ${KEY_ROWS}
-SELECT ${KEY_COLUMNS}
+SELECT ${keyColumns(quarantineJson('r.stream'))}
 FROM rows r
 ORDER BY r.key`;
 

@@ -14,20 +14,30 @@ export interface KeyQuarantine {
   readonly lastSeen: number;
 }
 
-/**
- * The quarantine of the stream `streamExpr` names, as one JSON value (null: none), for a query's
- * select list: one lookup of jl_quarantined_pkey (its leading column).
- */
-export const quarantineJson = (streamExpr: string): string => /* sql */ `(
-  SELECT json_build_object(
+/** The quarantine of the jl_quarantined rows `q` of one stream, as one JSON value. */
+const QUARANTINE_OBJECT = /* sql */ `json_build_object(
            'revision', min(q.revision),
            'position', (array_agg(q.commit_id::text || '/' || q.position ORDER BY q.revision, q.reader))[1],
            'error', (array_agg(q.error ORDER BY q.revision, q.reader))[1],
            'readers', array_agg(q.reader ORDER BY q.reader),
            'firstSeen', ${epochMs('min(q.first_seen)')},
-           'lastSeen', ${epochMs('max(q.last_seen)')})
+           'lastSeen', ${epochMs('max(q.last_seen)')})`;
+
+/**
+ * The quarantine of the stream `streamExpr` names, as one JSON value (null: none), for a query's
+ * select list: one lookup of jl_quarantined_pkey (its leading column).
+ */
+export const quarantineJson = (streamExpr: string): string => /* sql */ `(
+  SELECT ${QUARANTINE_OBJECT}
   FROM jl_quarantined q WHERE q.stream = ${streamExpr}
   HAVING count(*) > 0)`;
+
+/**
+ * Every quarantined stream once, whatever the readers stopped at it (`stream`, `quarantine`: as
+ * quarantineJson), for a join by stream: a few rows. Where a correlated subquery cannot go (Citus
+ * refuses one over a CTE's rows: test/citus/reads.citus.test.ts).
+ */
+export const QUARANTINES = /* sql */ `SELECT q.stream, ${QUARANTINE_OBJECT} AS quarantine FROM jl_quarantined q GROUP BY q.stream`;
 
 type Raw = Omit<KeyQuarantine, 'revision'> & { readonly revision: number | string };
 

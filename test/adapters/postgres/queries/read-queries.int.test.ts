@@ -193,3 +193,21 @@ describe('queues()', () => {
     }
   });
 });
+
+describe('keyPage()', () => {
+  it('regression: a key two readers stopped at (the key writer and a projection) is one key of the page, of the totals and of its warning', async () => {
+    s.at(T0 + 31 * SEC);
+    const quarantine = (reader: string) =>
+      s.db.pool.query(`INSERT INTO jl_quarantined (stream, reader, revision, position, commit_id, error) VALUES ('key:idle', $1, 3, 5, '99', 'does not decode')`, [reader]);
+    await quarantine('writer');
+    await quarantine('projection:read_models');
+    try {
+      const page = await s.ledger.keyPage({ unstartedAfterMs: 30 * SEC });
+      expect(page.totals.keys).toBe((await s.ledger.keys()).length);
+      expect(page.keys.filter((k) => k.key === 'idle')).toMatchObject([{ quarantine: { revision: 3, readers: ['projection:read_models', 'writer'] }, attention: ['key-quarantined'] }]);
+      expect(page.attention.find((g) => g.cause === 'key-quarantined')).toEqual({ cause: 'key-quarantined', count: 1, holders: 0, since: null, first: [{ key: 'idle', count: 0, since: null }] });
+    } finally {
+      await s.db.pool.query(`DELETE FROM jl_quarantined WHERE stream = 'key:idle'`);
+    }
+  });
+});
