@@ -5,6 +5,7 @@ import type { Projection } from '../projections/projection.js';
 import type { RebuildOptions, Rebuilt } from '../projections/rebuild.js';
 import type { Verified } from '../projections/verify.js';
 import { createLogger } from './logging/logger.js';
+import { isDistributed } from './postgres/distribution.js';
 import { migrate } from './postgres/migrations.js';
 import { outagesOf } from './postgres/outage.js';
 import { finishedJobs } from './postgres/queries/finished-jobs.js';
@@ -62,17 +63,19 @@ export class LedgerReader {
     protected readonly pool: pg.Pool,
     private readonly ownsPool: boolean,
     protected readonly clock: () => number,
+    /** The ledger is distributed by key (Citus): a few reads ask each node for its shards' figures. */
+    protected readonly distributed: boolean,
   ) {}
 
   static async open(options: LedgerReaderOptions): Promise<LedgerReader> {
     const pool = options.pool ?? createPool(options);
     try {
       if (options.migrate !== false) await migrate(pool, { distributed: options.distributed ?? 'auto' });
+      return new LedgerReader(pool, options.pool === undefined, options.clock ?? Date.now, await isDistributed(pool));
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;
     }
-    return new LedgerReader(pool, options.pool === undefined, options.clock ?? Date.now);
   }
 
   /** Epoch ms on the ledger's clock: what a reply's `now` says. */
@@ -135,12 +138,12 @@ export class LedgerReader {
 
   /** Events and bytes in the live table and the archive (estimates from the statistics). */
   ledgerSize(): Promise<LedgerSize> {
-    return readLedgerSize(this.pool);
+    return readLedgerSize(this.pool, { distributed: this.distributed });
   }
 
   /** /metrics' figures: totals, top keys, workers, ledger size and the lag of these async projections. */
   metrics(asyncProjections: readonly string[]): Promise<LedgerMetrics> {
-    return readLedgerMetrics(this.pool, asyncProjections);
+    return readLedgerMetrics(this.pool, asyncProjections, { distributed: this.distributed });
   }
 
   /** Events in the live ledger table: what a rebuild reads, for its progress. */

@@ -98,6 +98,8 @@ interface LedgerParts {
   readonly mode: ProjectionMode;
   readonly projections: readonly LedgerProjection[];
   readonly sweepIntervalMs: number | undefined;
+  /** Distributed by key (Citus). */
+  readonly distributed: boolean;
 }
 
 /**
@@ -134,7 +136,7 @@ export class Ledger extends LedgerReader {
   private readonly snapshots = new PostgresSnapshotStore(this.pool);
 
   private constructor(parts: LedgerParts) {
-    super(parts.pool, parts.ownsPool, parts.clock);
+    super(parts.pool, parts.ownsPool, parts.clock, parts.distributed);
     ({ notifications: this.notifications, outages: this.outages, store: this.store, queue: this.queue, writer: this.writer, random: this.random, log: this.log } = parts);
     this.projectionMode = parts.mode;
     this.sweeper = new Sweeper(this.writer, this.pool, this.log.child({ component: 'sweeper' }), {
@@ -191,7 +193,7 @@ export class Ledger extends LedgerReader {
         outages,
       });
       await declareQueueCaps(writer, caps);
-      return new Ledger({ notifications, outages, store, queue: new JobQueue(notifications), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, projections, sweepIntervalMs: options.sweepIntervalMs });
+      return new Ledger({ notifications, outages, store, queue: new JobQueue(notifications), writer, pool, ownsPool: options.pool === undefined, clock, random, log, mode, projections, sweepIntervalMs: options.sweepIntervalMs, distributed });
     } catch (error) {
       if (options.pool === undefined) await pool.end();
       throw error;

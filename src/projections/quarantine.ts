@@ -35,12 +35,14 @@ export interface Quarantine {
 export const quarantineOf = (error: EventDecodeError): Quarantine | undefined =>
   error.position === null ? undefined : { stream: error.stream, revision: error.revision, position: error.position, error: error.message };
 
+// last_seen from the row the INSERT would have made (its default, the statement's time): on a
+// distributed ledger (Citus) DO UPDATE takes immutable functions only.
 const RECORD_SQL = /* sql */ `
 INSERT INTO jl_quarantined AS q (stream, reader, revision, position, commit_id, error)
 SELECT stream, $2, revision, position, commit_id::xid8, error
 FROM jsonb_to_recordset($1::jsonb) AS x (stream text, revision bigint, position bigint, commit_id text, error text)
 ON CONFLICT (stream, reader) DO UPDATE SET revision = excluded.revision, position = excluded.position, commit_id = excluded.commit_id,
-  error = excluded.error, last_seen = statement_timestamp()`;
+  error = excluded.error, last_seen = excluded.last_seen`;
 
 /** Records (or refreshes) the reader's quarantines. */
 export const recordQuarantines = (reader: string, quarantines: readonly Quarantine[]): Statement =>
@@ -77,16 +79,17 @@ export const loadQuarantines = async (db: Queryable, reader: string): Promise<Ma
  * jl_lease_grace); one that still does not is recorded where it stops now (last_seen moves on).
  * Returns the streams whose quarantine ended.
  */
+// $1 a stream, $2 the revision it is quarantined at: its rows from there, in order.
+const RECHECK_SQL = `SELECT ${rowColumns('e')} FROM appends e WHERE ${rowsFrom('appends', 'e', '$1::text', '$2::bigint')} ORDER BY e.revision`;
+
 export const recheckWriterQuarantines = async (db: Queryable, now: number): Promise<string[]> => {
   const held = await loadQuarantines(db, WRITER);
   if (held.size === 0) return [];
   const from = new Map([...held.values()].map((q) => [q.stream, q.revision]));
-  const { rows } = await db.query<LedgerRow>(
-    `SELECT ${rowColumns('e')} FROM unnest($1::text[], $2::bigint[]) AS q (stream, revision)
-     CROSS JOIN LATERAL (SELECT * FROM appends e WHERE ${rowsFrom('appends', 'e', 'q.stream', 'q.revision')}) e
-     ORDER BY e.stream, e.revision`,
-    [[...from.keys()], [...from.values()]],
-  );
+  // A statement a stream (quarantines are few): on a distributed ledger (Citus) one statement's
+  // LATERAL reads of several streams' rows are not planned.
+  const rows: LedgerRow[] = [];
+  for (const [stream, revision] of from) rows.push(...(await db.query<LedgerRow>(RECHECK_SQL, [stream, revision])).rows);
   const still = new Map<string, Quarantine>();
   for (const r of rows.flatMap((row) => eventsOfRow(row, from.get(row.stream)))) {
     if (still.has(r.stream)) continue;

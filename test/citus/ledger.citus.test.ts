@@ -5,6 +5,7 @@ import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { BY_OWN_COLUMN, BY_STREAM, REFERENCE } from '../../src/adapters/postgres/distribution.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
 import { jobStream, keyStream } from '../../src/domain/streams.js';
+import { WRITER, recordQuarantines } from '../../src/projections/quarantine.js';
 import { createCitusDatabase, type CitusDatabase } from '../support/citus.js';
 
 // The ledger on a Citus cluster (issue 24): migrate distributes it, and the one door of every
@@ -113,6 +114,17 @@ describe('the write path, shard by shard', () => {
     const before = await count();
     expect((await ledger.enqueue({ name: 'once', key: 'given/b', jobId: 'given-1' })).status).toBe('duplicate');
     expect(await count()).toBe(before);
+  });
+
+  it("a reader's quarantine of a stream is recorded, and recorded again (ON CONFLICT DO UPDATE takes immutable functions only there)", async () => {
+    const q = { stream: keyStream('c/3'), revision: 1, position: { commit: 1234n, prepare: 77n }, error: 'does not decode' };
+    for (const error of ['does not decode', 'still does not decode']) {
+      const s = recordQuarantines(WRITER, [{ ...q, error }]);
+      await pool.query(s.text, s.values as unknown[]);
+    }
+    const { rows } = await pool.query<{ error: string; later: boolean }>(`SELECT error, last_seen >= first_seen AS later FROM jl_quarantined WHERE stream = $1`, [q.stream]);
+    expect(rows).toEqual([{ error: 'still does not decode', later: true }]);
+    await pool.query(`DELETE FROM jl_quarantined WHERE stream = $1`, [q.stream]);
   });
 
   it('archive is refused on a distributed ledger, naming why, and moves nothing', async () => {
