@@ -136,7 +136,8 @@ describe('the peer bench workloads on a three-node cluster', () => {
     for (const r of runs) byKey.set(r.key, [...(byKey.get(r.key) ?? []), r]);
     const over = [...byKey].filter(([, rs]) => mostAtOnce(rs) > rs[0]!.limit).map(([key, rs]) => [key, mostAtOnce(rs)]);
     expect(over).toEqual([]);
-    expect(mostAtOnce(byKey.get('keyed/0')!)).toBe(2);
+    // And a limit of 2 admitted two at once somewhere (which of the 40 keys is the scheduler's choice).
+    expect([...byKey].filter(([key, rs]) => key.startsWith('keyed/') && mostAtOnce(rs) === 2).length).toBeGreaterThan(0);
 
     // From the ledger: each key's holders never exceeded its limit, event after event.
     for (const key of byKey.keys()) {
