@@ -11,32 +11,35 @@ import { keyStream } from '../src/domain/streams.js';
 import { createMigratedDatabase, type MigratedDatabase } from './support/database.js';
 import { until } from './support/until.js';
 
-// README.md's "Using it from code", run as written: its code blocks are read from README.md at
+// docs/guide.md's "Using it from code", run as written: its code blocks are read from the guide at
 // test time (so the two cannot drift), written to a scratch folder and imported against a scratch
 // database. Two substitutions, both below and nothing else: `from 'jobledger'` imports this
 // repository's source, and the comment "// … on shutdown:" becomes a wait for the enqueued jobs
 // to finish, so what the worker did can be checked.
 
-const README = fileURLToPath(new URL('../README.md', import.meta.url));
+const GUIDE = fileURLToPath(new URL('../docs/guide.md', import.meta.url));
 const SOURCE = pathToFileURL(fileURLToPath(new URL('../src/index.ts', import.meta.url))).href;
 const SHUTDOWN = '// … on shutdown:';
 
-/** The text of README.md's section under `heading`, up to the next section. */
-const section = (readme: string, heading: string): string => {
-  const start = readme.indexOf(`\n## ${heading}\n`);
-  if (start < 0) throw new Error(`README.md has no section "## ${heading}"`);
-  const end = readme.indexOf('\n## ', start + 1);
-  return readme.slice(start, end < 0 ? undefined : end);
+/** The text of docs/guide.md's section under `heading`, up to the next section; a missing guide or section fails, naming it. */
+const section = async (heading: string): Promise<string> => {
+  const guide = await readFile(GUIDE, 'utf8').catch(() => {
+    throw new Error('docs/guide.md is missing: it holds the section "## Using it from code" this test runs');
+  });
+  const start = guide.indexOf(`\n## ${heading}\n`);
+  if (start < 0) throw new Error(`docs/guide.md has no section "## ${heading}"`);
+  const end = guide.indexOf('\n## ', start + 1);
+  return guide.slice(start, end < 0 ? undefined : end);
 };
 
 /** The fenced code blocks of a text: their language and body. */
 const codeBlocks = (text: string): { lang: string; code: string }[] =>
   [...text.matchAll(/^```(\w*)\n([\s\S]*?)^```$/gm)].map((m) => ({ lang: m[1]!, code: m[2]! }));
 
-/** Replaces `from` in `code` once, failing when it is not there exactly once (the README changed: look again). */
+/** Replaces `from` in `code` once, failing when it is not there exactly once (the guide changed: look again). */
 const substitute = (code: string, from: string, to: string): string => {
   const at = code.split(from).length - 1;
-  if (at !== 1) throw new Error(`expected ${JSON.stringify(from)} once in README.md's example, found it ${at} times`);
+  if (at !== 1) throw new Error(`expected ${JSON.stringify(from)} once in docs/guide.md's example, found it ${at} times`);
   return code.replace(from, () => to);
 };
 
@@ -52,16 +55,16 @@ let workerId: string | undefined;
 
 beforeAll(async () => {
   db = await createMigratedDatabase(4);
-  text = section(await readFile(README, 'utf8'), 'Using it from code');
+  text = await section('Using it from code');
   dir = await mkdtemp(join(tmpdir(), 'jobledger-readme-'));
 });
 
 afterAll(async () => {
-  await rm(dir, { recursive: true, force: true });
-  await db.drop();
+  if (dir !== undefined) await rm(dir, { recursive: true, force: true });
+  await db?.drop();
 });
 
-describe('README.md "Using it from code"', () => {
+describe('docs/guide.md "Using it from code"', () => {
   it('runs as written: the jobs are enqueued under the keys and limits it says, the worker runs them, the ledger closes', async () => {
     const blocks = codeBlocks(text);
     const handlers = blocks.find((b) => b.code.startsWith('// handlers.mjs\n'));
