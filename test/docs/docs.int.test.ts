@@ -15,7 +15,7 @@ import { registeredRoutes } from './routes.js';
 // exists when this runs). Links resolve inside the repository, to a heading that exists; every
 // `jobledger …` command line names a command and flags the CLI has, every `npm run X` a script;
 // ```js and ```ts blocks typecheck as modules importing the package; ```json parses; ```http names a
-// route the server registers, and docs/http.md's route table is the server's. Each failure names
+// route the server registers, and docs/http.md's route table and metric names are the server's. Each failure names
 // file:line; one test per kind, each listing all its failures at once.
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -34,6 +34,8 @@ let db: MigratedDatabase;
 let ledger: Ledger;
 let routes: Set<string>;
 let help: Map<string, string>;
+/** The metric names /metrics gives, without their jobledger_ prefix. */
+let metrics: string[];
 
 beforeAll(async () => {
   docs = documentationFiles(ROOT).map((path) => parseMarkdown(ROOT, path));
@@ -43,6 +45,8 @@ beforeAll(async () => {
   ledger = await createLedger({ pool: db.pool, migrate: false, logger: silentLogger });
   const app = await createHttpServer({ ledger, token: 'docs' });
   routes = registeredRoutes(app);
+  const scrape = await app.inject({ method: 'GET', url: '/metrics' });
+  metrics = [...scrape.body.matchAll(/^# TYPE jobledger_(\w+) /gm)].map((m) => m[1]!);
   await app.close();
 });
 
@@ -207,5 +211,15 @@ describe('the documentation', () => {
     expect(routes.size).toBeGreaterThan(20);
     expect(new Set(documented).size, 'each route once').toBe(documented.length);
     expect([...new Set(documented)].sort()).toEqual([...routes].sort());
+  });
+
+  it("docs/http.md names every metric /metrics gives, and no other", () => {
+    const text = docs.find((d) => d.path === 'docs/http.md')!.text;
+    const section = text.split('\n### GET /metrics\n')[1]?.split('\n## ')[0];
+    expect(section, 'docs/http.md "### GET /metrics"').toBeDefined();
+    // Each name in a code span; the prefix `jobledger_` (ending in _) is said once, not a metric.
+    const named = [...section!.matchAll(/`([a-z_]*[a-z])`/g)].map((m) => m[1]!);
+    expect(metrics.length).toBeGreaterThan(10);
+    expect([...new Set(named)].sort()).toEqual([...metrics].sort());
   });
 });
