@@ -107,8 +107,10 @@ describe('the documentation', () => {
             continue;
           }
           if (words[0] === 'npm' && ['test', 'start'].includes(words[1]!) && !scripts.includes(words[1]!)) failures.push(`${where}: package.json has no script ${words[1]}`);
+          // npx [--yes] jobledger[@version] …, node …/jobledger.cjs …, a path to the bin: the CLI all the same.
           if (words[0] === 'npx') words = words.slice(1).filter((w, i) => i > 0 || !w.startsWith('-'));
-          if (!/(^|\/)jobledger(\.cjs)?$/.test(words[0] ?? '')) continue;
+          if (words[0] === 'node' && /jobledger\.cjs$/.test(words[1] ?? '')) words = words.slice(1);
+          if (!/(^|\/)jobledger(\.cjs|@[\w.-]+)?$/.test(words[0] ?? '')) continue;
           checked++;
           const args = words.slice(1, words.includes('--') ? words.indexOf('--') : undefined);
           const name = args.find((w) => !w.startsWith('-'));
