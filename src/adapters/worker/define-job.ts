@@ -54,8 +54,13 @@ export const defineJob = <A>(definition: JobDefinition<A>): JobDefinition<A> => 
 export const isJobDefinition = (value: unknown): value is JobDefinition =>
   typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[DEFINITION] === true;
 
-/** A handlers module's default export: job name -> plain function or definition. */
-export type HandlerMap = Readonly<Record<string, JobHandler<never> | JobDefinition<never>>>;
+/**
+ * A handlers module's default export: job name -> plain function or definition. A plain function's
+ * args are `any` (the JSON its enqueue gave): an inline `async (args, ctx) => …` reads them as
+ * written, and a function that declares their type is taken as it is. (`never` accepted the
+ * latter too, but typed an inline handler's args `never`: `args.invoice` did not compile.)
+ */
+export type HandlerMap = Readonly<Record<string, JobHandler<any> | JobDefinition<never>>>;
 
 /** Job name -> handler: a plain function under its export name, a definition under its own name. */
 export const handlerTable = (handlers: HandlerMap): ReadonlyMap<string, JobHandler> =>
