@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { Presence } from '../../src/adapters/worker/presence.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
@@ -142,6 +143,24 @@ describe('ETag and 304', () => {
       expect(after.etag, path).not.toBe(tags[i]);
     }
     expect(JSON.parse((await read('/api/keys/detail', { key: 'k' })).text).parked.map((p: { jobId: string }) => p.jobId)).toEqual(['k-2', 'shared-keyPage', 'shared-keyDetail', 'k-3']);
+  });
+
+  it("a transaction of another database, begun before the ledger's newest row and ended after the tag was read, leaves the tags alone", async () => {
+    const other = new URL(s.db.url);
+    other.pathname = '/postgres';
+    const elsewhere = new pg.Client({ connectionString: other.toString() });
+    await elsewhere.connect();
+    try {
+      await elsewhere.query('BEGIN');
+      await elsewhere.query('SELECT pg_current_xact_id()');
+      // Its id is below the newest row's, and it is running: on this server it could be one of ours.
+      await s.ledger.enqueue({ name: 'work', key: 'k', queue: 'q', jobId: 'after-elsewhere' });
+      const tags = await Promise.all(ROUTES.map(([path, query]) => settled(path, query)));
+      await elsewhere.query('COMMIT');
+      for (const [i, [path, query]] of ROUTES.entries()) expect((await read(path, query, tags[i])).status, path).toBe(304);
+    } finally {
+      await elsewhere.end();
+    }
   });
 
   it("a heartbeat changes /api/workers' tag (its lastSeen is in the answer), and not /api/keys' (the worker was live and stays so)", async () => {

@@ -12,8 +12,10 @@ import { workerLive } from './workers.js';
 // id, position), and a transaction with a smaller id may commit later. Any such transaction was
 // running when the newest row was read, so it is in that snapshot's list of running transactions
 // below the newest row's id (`pending`); once it ends the list differs. Together: nothing appended
-// between two equal readings. The rest changes without an append and is read whole: the
-// checkpoints, the quarantines, the workers' rows (small tables), and the two facts that change
+// between two equal readings. A transaction that pg_stat_activity shows in another database
+// cannot append here and is left out (else each long transaction of the server's other databases
+// would move the tags as it ended); one it does not show (ended, prepared) stays in. The rest
+// changes without an append and is read whole: the checkpoints, the quarantines, the workers' rows (small tables), and the two facts that change
 // with the clock alone, counted (each only grows while nothing else changes): leases run out by
 // now, and admissions waiting longer than the unstarted threshold.
 
@@ -59,7 +61,9 @@ presence AS MATERIALIZED (
 )
 SELECT
   (SELECT transaction_id::text || '/' || position FROM newest) AS head,
-  (SELECT coalesce(string_agg(x::text, ',' ORDER BY x), '') FROM pg_snapshot_xip(pg_current_snapshot()) AS x WHERE x < (SELECT transaction_id FROM newest)) AS pending,
+  (SELECT coalesce(string_agg(x::text, ',' ORDER BY x), '') FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+    WHERE x < (SELECT transaction_id FROM newest)
+      AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname IS DISTINCT FROM current_database() AND a.backend_xid::text::bigint = (x::text::bigint & 4294967295))) AS pending,
   (SELECT ${digest('c::text', 'c.projection')} FROM projection_checkpoints c) AS projected,
   (SELECT ${digest('q::text', 'q.stream, q.reader')} FROM jl_quarantined q) AS quarantined,
   (SELECT ${digest('ROW(p.id, p.queue, p.concurrency, p.live)::text', 'p.id')} FROM presence p) AS presence,
