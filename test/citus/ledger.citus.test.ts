@@ -4,9 +4,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLedger, type Ledger } from '../../src/adapters/ledger.js';
 import { BY_OWN_COLUMN, BY_STREAM, REFERENCE } from '../../src/adapters/postgres/distribution.js';
 import { silentLogger } from '../../src/domain/ports/logger.js';
+import type { JobContext } from '../../src/index.js';
 import { jobStream, keyStream } from '../../src/domain/streams.js';
 import { WRITER, recordQuarantines } from '../../src/projections/quarantine.js';
 import { createCitusDatabase, type CitusDatabase } from '../support/citus.js';
+import { until } from '../support/until.js';
 
 // The ledger on a Citus cluster (issue 24): migrate distributes it, and the one door of every
 // write (the key writer's flush) routes each shard's streams apart; the reads across keys answer.
@@ -106,6 +108,50 @@ describe('the write path, shard by shard', () => {
       await worker.stop();
     }
     expect(seen.sort()).toEqual(Array.from({ length: 30 }, (_, i) => `run-${i}`).sort());
+  });
+
+  it("a revoked lease reaches its worker (the coordinator's NOTIFY in a transaction written on a shard): the handler is aborted at once, heartbeat off, and its slot passes on", async () => {
+    let aborted: unknown;
+    const worker = ledger.worker({
+      queue: 'revoke',
+      heartbeat: false,
+      handlers: {
+        hold: async (_args: unknown, ctx: JobContext) => new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => ((aborted = ctx.signal.reason), resolve()))),
+        next: async () => undefined,
+      },
+    });
+    worker.start();
+    try {
+      await ledger.enqueue({ name: 'hold', key: 'revoked/1', limit: 1, leaseMs: 600_000, queue: 'revoke', jobId: 'held-c' });
+      await ledger.enqueue({ name: 'next', key: 'revoked/1', queue: 'revoke', jobId: 'waiting-c' });
+      const typesOf = async () => (await ledger.store.readStream(keyStream('revoked/1'))).map((r) => r.type);
+      await until(typesOf, (ts) => ts.includes('JobStarted'), 'the job to start', 30_000);
+      expect(await ledger.release({ key: 'revoked/1', jobId: 'held-c', by: 'ops' })).toEqual({ released: ['held-c'], stopping: ['held-c'] });
+      // Nothing else could tell the handler: no renewals, a 10-minute lease.
+      await until(async () => aborted, (reason) => reason !== undefined, 'the handler to be aborted', 30_000);
+      expect(String(aborted)).toContain('held-c:1 was revoked or expired');
+      await until(typesOf, (ts) => ts.filter((t) => t === 'JobCompleted').length === 1, 'the parked job to run', 30_000);
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it("the sweeper's leadership is the coordinator's advisory lock: of two ledgers' sweepers one leads, and the other once the first stops", async () => {
+    const other = await createLedger({ databaseUrl: db.url, logger: silentLogger, sweepIntervalMs: 100 });
+    const sweeperOf = (l: Ledger) => (l as unknown as { sweeper: { isLeader: boolean } }).sweeper;
+    try {
+      ledger.start();
+      await until(async () => sweeperOf(ledger).isLeader, Boolean, 'the first sweeper to lead', 30_000);
+      other.start();
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect([sweeperOf(ledger).isLeader, sweeperOf(other).isLeader]).toEqual([true, false]);
+      await ledger.stop();
+      await until(async () => sweeperOf(other).isLeader, Boolean, 'the other sweeper to lead', 30_000);
+      expect(sweeperOf(ledger).isLeader).toBe(false);
+    } finally {
+      await ledger.stop();
+      await other.close();
+    }
   });
 
   it('a given job id is one job across every shard: enqueued again on another key, it is a duplicate and nothing is written', async () => {
