@@ -16,7 +16,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer, connect, type AddressInfo, type Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { quantile, serverName, withScratchDatabase } from './scratch-database.js';
+import { quantile, serverName, startCostNote, withScratchDatabase } from './scratch-database.js';
 
 const { bin } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { bin: { jobledger: string } };
 const CLI = new URL(`../../${bin.jobledger}`, import.meta.url).pathname;
@@ -86,7 +86,7 @@ const measure = async (label: string, args: readonly string[], env: NodeJS.Proce
   return runs;
 };
 
-console.log(`CLI start-up, ${RUNS} runs each; ms from spawn, median and p90 (PostgreSQL: ${serverName})`);
+console.log(`CLI start-up, ${RUNS} runs each; ms from spawn, median and p90 (PostgreSQL: ${serverName}); ${startCostNote()}`);
 console.log(`${''.padEnd(24)}      median   p90`);
 await measure("node -e ''", ['-e', '']);
 for (const line of [['--help'], ['--version'], ['keys', '--help'], ['enqueue', '--help']]) await measure(line.join(' '), [CLI, ...line]);

@@ -44,7 +44,7 @@ import { silentLogger } from '../src/domain/ports/logger.js';
 import { keyStream } from '../src/domain/streams.js';
 import { ensureLedger, eventCount, lockLedger, SCALES, type Built, type Scale } from './reads-ledger.js';
 import { figuresOf, series, startServe, timedCli, timedGet, type Figures, type Sample, type Serve } from './reads-probes.js';
-import { quantile, serverUrl } from './scratch-database.js';
+import { quantile, serverUrl, startCostNote } from './scratch-database.js';
 
 /** The page's refresh period (app.js REFRESH_MS). */
 const REFRESH_MS = 2_000;
@@ -548,7 +548,7 @@ const run = async (o: Options, built: Built): Promise<void> => {
     if (!interrupted) {
       console.log(`CLI reads: ${o.cliRuns} runs each from spawn to exit, each killed after ${o.cliTimeoutMs / 1000} s (serve stopped${cancelled > 0 ? `, ${cancelled} of its statements still running cancelled` : ''})`);
       const cli = await runCliReads(cliReadsOf(s), o);
-      sections.push(`### CLI reads, ${o.cliRuns} runs each\n\n${cliTable(cli, o, goals)}`);
+      sections.push(`### CLI reads, ${o.cliRuns} runs each\n\n${startCostNote()}.\n\n${cliTable(cli, o, goals)}`);
     }
     const eventsAfter = await eventCount(pool);
     const expected = eventsBefore + (moved?.events ?? 0);
