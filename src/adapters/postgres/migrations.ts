@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { inTransaction } from '../../projections/transaction.js';
+import { withClient } from '../../projections/with-client.js';
 import { NotCitusError, distribute, isDistributed } from './distribution.js';
 import { eventStore } from './migrations/0001-event-store.js';
 import { queue } from './migrations/0002-queue.js';
@@ -58,19 +59,15 @@ const appliedVersion = async (pool: pg.Pool): Promise<{ version: number | null; 
 };
 
 /** distribute(), one process at a time (a session advisory lock on one connection): each sees what the one before did. */
-const distributeOnce = async (pool: pg.Pool): Promise<void> => {
-  const client = await pool.connect();
-  try {
+const distributeOnce = (pool: pg.Pool): Promise<void> =>
+  withClient(pool, async (client) => {
     await client.query(`SELECT pg_advisory_lock(hashtextextended('jobledger:distribute', 0))`);
     try {
       await distribute(client);
     } finally {
       await client.query(`SELECT pg_advisory_unlock(hashtextextended('jobledger:distribute', 0))`);
     }
-  } finally {
-    client.release();
-  }
-};
+  });
 
 const migrateInTransaction = (pool: pg.Pool, upTo: number): Promise<void> =>
   inTransaction(pool, async (client) => {

@@ -194,11 +194,11 @@ export class PgWriteTransaction implements WriteTransaction {
       );
       const snapshots = { rows: reads.filter((_, i) => i % 2 === 0).flatMap((r) => r.rows) };
       const deltas = { rows: reads.filter((_, i) => i % 2 === 1).flatMap((r) => r.rows) };
-      for (const r of snapshots!.rows as { stream: string; revision: string; state: string }[]) {
+      for (const r of snapshots.rows as { stream: string; revision: string; state: string }[]) {
         snaps.set(r.stream, { stream: r.stream, revision: Number(r.revision), schemaVersion: this.options.schemaVersion, state: parseSnapshotState(r.state) });
       }
       for (const stream of again) found.get(stream)!.events = [];
-      for (const row of deltas!.rows as LedgerRow[]) {
+      for (const row of deltas.rows as LedgerRow[]) {
         found.get(row.stream)!.events.push(...eventsOfRow(row, Math.max(after.get(row.stream)!, snaps.get(row.stream)?.revision ?? -1) + 1));
       }
     }
