@@ -6,6 +6,7 @@ import { registerFreshAnswers } from '../../src/adapters/http/fresh-answers.js';
 // on a server of their own: a handler that counts its reads, and a clock the test moves.
 
 let app: FastifyInstance;
+let kept: () => number;
 let now = 0;
 let reads = 0;
 /** What the next read of /api/keys answers with; a promise holds the read open. */
@@ -13,7 +14,7 @@ let next: () => Promise<{ status: number; body: object }> = async () => ({ statu
 
 const serve = async (freshMs: number) => {
   app = Fastify();
-  registerFreshAnswers(app, { freshMs, clock: () => now });
+  ({ kept } = registerFreshAnswers(app, { freshMs, clock: () => now }));
   app.get('/api/keys', async (_request, reply) => {
     reads++;
     const { status, body } = await next();
@@ -51,6 +52,22 @@ describe('fresh answers', () => {
     // Its age counts from when its read began.
     now = 1_000;
     expect((await get('/api/keys?limit=5')).json()).toEqual({ read: 5 });
+  });
+
+  it('a URL not asked again within freshMs is let go: a server that is only read keeps the answers of its last freshMs, not of every URL it ever answered', async () => {
+    await serve(1_000);
+    for (let i = 0; i < 50; i++) await get(`/api/keys?offset=${i}`);
+    expect(kept()).toBe(50);
+    now = 600;
+    for (let i = 0; i < 5; i++) await get(`/api/keys?limit=${i + 1}`);
+    expect(kept()).toBe(55);
+    now = 1_000;
+    await get('/api/keys?offset=0');
+    // The 50 of time 0 are past freshMs; the 5 of 600 and the one just read are kept.
+    expect(kept()).toBe(6);
+    // One of 600 is still answered without a read.
+    expect((await get('/api/keys?limit=1')).json()).toEqual({ read: 51 });
+    expect(reads).toBe(56);
   });
 
   it('requests that arrive while the read runs wait for it', async () => {

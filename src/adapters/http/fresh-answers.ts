@@ -32,9 +32,19 @@ interface Entry {
 const ENTRY = Symbol('fresh answer being read');
 type Marked = FastifyRequest & { [ENTRY]?: Entry };
 
-export const registerFreshAnswers = (app: FastifyInstance, { freshMs, clock = () => performance.now() }: { readonly freshMs: number; readonly clock?: () => number }): void => {
-  if (freshMs <= 0) return;
+export const registerFreshAnswers = (app: FastifyInstance, { freshMs, clock = () => performance.now() }: { readonly freshMs: number; readonly clock?: () => number }): { readonly kept: () => number } => {
+  // The answers kept, one per URL read in the last freshMs, oldest first (each URL's entry is
+  // moved to the end when read again): a URL not polled again is let go, so a server that is only
+  // read (its writes come through other processes) keeps no more than the URLs of its last freshMs.
   const entries = new Map<string, Entry>();
+  const kept = { kept: () => entries.size };
+  if (freshMs <= 0) return kept;
+  const letGo = (now: number): void => {
+    for (const [url, entry] of entries) {
+      if (now - entry.at < freshMs) return;
+      entries.delete(url);
+    }
+  };
   let generation = 0;
   const forget = (): void => {
     generation++;
@@ -51,14 +61,16 @@ export const registerFreshAnswers = (app: FastifyInstance, { freshMs, clock = ()
   app.addHook('onRequest', async (request: Marked, reply) => {
     if (request.method !== 'GET' && request.method !== 'HEAD') return forget();
     if (!POLLED_READS.has(request.url.split('?', 1)[0]!)) return;
+    letGo(clock());
     const found = entries.get(request.url);
-    if (found !== undefined && clock() - found.at < freshMs) {
+    if (found !== undefined) {
       const kept = await found.answer;
       if (kept !== undefined) return send(reply, kept, request);
     }
     let settle!: (kept: Kept | undefined) => void;
     const answer = new Promise<Kept | undefined>((resolve) => (settle = resolve));
     const entry: Entry = { at: clock(), generation, answer, settle };
+    entries.delete(request.url);
     entries.set(request.url, entry);
     request[ENTRY] = entry;
   });
@@ -84,4 +96,5 @@ export const registerFreshAnswers = (app: FastifyInstance, { freshMs, clock = ()
     }
     if (request.method !== 'GET' && request.method !== 'HEAD') forget();
   });
+  return kept;
 };
