@@ -1,4 +1,5 @@
 import { silentLogger, type Logger } from '../../domain/ports/logger.js';
+import type { Pool } from 'pg';
 import type { Ledger, LedgerOptions } from '../ledger.js';
 import type { LedgerReader, LedgerReaderOptions } from '../ledger-reader.js';
 
@@ -30,17 +31,29 @@ export const createContext = (): CommandContext => {
 };
 
 /**
- * Opens the database (DATABASE_URL or embedded) for one command, and closes it after. A database
- * that cannot be reached fails before `run`, in one line naming DATABASE_URL and what was tried.
+ * Opens the database (DATABASE_URL or embedded) and a pool on it for one command, and closes both
+ * after. A database that cannot be reached fails before `run`, in one line naming DATABASE_URL and
+ * what was tried.
+ *
+ * The reachability check is the pool's first connection, given back to it: the command's first
+ * statement runs on it (a check on a connection of its own cost its setup and its teardown, some
+ * 20 ms of each command line). The pool is ended without waiting for the server to close its
+ * sessions: each is told to end (Terminate) as end() is called, after the command's last
+ * statement has answered, and main.ts exits the process once the output is flushed.
  */
-export const withDatabase = async <T>(ctx: CommandContext, run: (url: string) => Promise<T>): Promise<T> => {
-  const { openDatabase, checkReachable } = await import('./database.js');
+export const withDatabase = async <T>(ctx: CommandContext, run: (db: { readonly url: string; readonly pool: Pool }) => Promise<T>, poolSize: number): Promise<T> => {
+  const [{ openDatabase, checkReachable }, { createPool }] = await Promise.all([import('./database.js'), import('../ledger-reader.js')]);
   const db = await openDatabase((line) => ctx.logger.debug({ embedded: line }));
   try {
-    await checkReachable(db);
-    return await run(db.url).catch((error: unknown) => {
-      throw db.explain(error);
-    });
+    const pool = createPool({ databaseUrl: db.url, logger: ctx.logger, poolSize });
+    try {
+      await checkReachable(db, pool);
+      return await run({ url: db.url, pool }).catch((error: unknown) => {
+        throw db.explain(error);
+      });
+    } finally {
+      pool.end().catch(() => undefined);
+    }
   } finally {
     await db.close();
   }
@@ -58,17 +71,25 @@ const closing = async <R extends { close(): Promise<void> }, T>(opened: Promise<
 
 /** Opens the database (DATABASE_URL or embedded) and the ledger for one command, and closes both after it. */
 export const withLedger = <T>(ctx: CommandContext, run: (ledger: Ledger) => Promise<T>, options: Partial<LedgerOptions> = {}): Promise<T> =>
-  withDatabase(ctx, async (url) => {
-    const { createLedger } = await import('../ledger.js');
-    return closing(createLedger({ databaseUrl: url, logger: ctx.logger, poolSize: 4, ...options }), run);
-  });
+  withDatabase(
+    ctx,
+    async ({ url, pool }) => {
+      const { createLedger } = await import('../ledger.js');
+      return closing(createLedger({ databaseUrl: url, pool, logger: ctx.logger, ...options }), run);
+    },
+    options.poolSize ?? 4,
+  );
 
 /**
  * As withLedger, for a command that only reads: the ledger's read side (LedgerReader), which
  * records nothing on open, on a pool of `poolSize` connections.
  */
 export const withReader = <T>(ctx: CommandContext, run: (reader: LedgerReader) => Promise<T>, options: Partial<LedgerReaderOptions> = {}): Promise<T> =>
-  withDatabase(ctx, async (url) => {
-    const { LedgerReader } = await import('../ledger-reader.js');
-    return closing(LedgerReader.open({ databaseUrl: url, logger: ctx.logger, poolSize: 1, ...options }), run);
-  });
+  withDatabase(
+    ctx,
+    async ({ url, pool }) => {
+      const { LedgerReader } = await import('../ledger-reader.js');
+      return closing(LedgerReader.open({ databaseUrl: url, pool, logger: ctx.logger, ...options }), run);
+    },
+    options.poolSize ?? 1,
+  );

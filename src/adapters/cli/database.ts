@@ -1,4 +1,5 @@
 import { join, resolve } from 'node:path';
+import type { Pool } from 'pg';
 import { isConnectionError } from '../postgres/outage.js';
 
 export interface Database {
@@ -71,20 +72,14 @@ export const openDatabase = async (log: (line: string) => void): Promise<Databas
 };
 
 /**
- * Connects once and lets go, so that a one-shot command finds an unreachable database before the
- * ledger opens (which would log an outage and retry). Long-running commands (worker, serve) skip
- * it: they wait for the database.
+ * Connects once, so that a one-shot command finds an unreachable database before the ledger opens
+ * (which would log an outage and retry): the pool's first connection, given back to it for the
+ * command's statements. Long-running commands (worker, serve) skip it: they wait for the database.
  */
-export const checkReachable = async (db: Database): Promise<void> => {
-  const { default: pg } = await import('pg');
-  const client = new pg.Client({ connectionString: db.url });
-  // A refused connection may also surface as an 'error' event; the rejected connect() says it.
-  client.on('error', () => undefined);
+export const checkReachable = async (db: Database, pool: Pick<Pool, 'connect'>): Promise<void> => {
   try {
-    await client.connect();
+    (await pool.connect()).release();
   } catch (error) {
     throw db.explain(error);
-  } finally {
-    await client.end().catch(() => undefined);
   }
 };
