@@ -22,6 +22,7 @@ import { ledgerProjections, type LedgerProjection } from '../projections/ledger-
 import { AsyncProjectionRunner } from '../projections/runner.js';
 import { PostgresEventStore } from './eventstore/postgres/postgres-event-store.js';
 import { LedgerReader, createPool, type LedgerReaderOptions } from './ledger-reader.js';
+import { limitLine } from './postgres/queries/limit-line.js';
 import { createLogger } from './logging/logger.js';
 import { ensureAppendWeeks } from './postgres/append-weeks.js';
 import { archiveFinishedJobs, type ArchiveOptions, type ArchiveResult } from './postgres/archive.js';
@@ -328,6 +329,8 @@ export class Ledger extends LedgerReader {
         clock: this.clock,
         liveWorkers: async () => new Set((await this.workers()).filter((w) => w.state === 'live').map((w) => w.id)),
         load: (stream) => this.writer.load(stream),
+        // A limit key's line from the read models, where they are written with the ledger (inline).
+        ...(this.projectionMode === 'inline' ? { line: (stream: string, jobId: string) => limitLine(this.pool, stream, jobId) } : {}),
         ...reads,
       },
       input,

@@ -4,7 +4,7 @@ import { explain, type Explanation } from '../domain/explain.js';
 import type { EventStore } from '../domain/ports/event-store.js';
 import type { JobStreamLookup } from '../domain/ports/job-streams.js';
 import { JobId, checkField } from '../domain/values.js';
-import { readJobStreams, type StreamLoad } from './job-events.js';
+import { readJobStreams, type LineRead, type StreamLoad } from './job-events.js';
 import type { ReadBudget } from './read-budget.js';
 
 export interface ExplainDeps {
@@ -17,6 +17,8 @@ export interface ExplainDeps {
   readonly budget?: ReadBudget;
   /** Each stream's state as it stands (snapshot and tail): with it, an explanation of now folds no stream whole. */
   readonly load?: StreamLoad;
+  /** A limit key's line as the read models hold it: with it (and load), an explanation of now loads no limit key's state. */
+  readonly line?: LineRead;
 }
 
 /** A moment: epoch ms (a number, or its digits as a query string gives them), an ISO-8601 time, or a Date. */
@@ -41,6 +43,6 @@ export const explainJob = async (deps: ExplainDeps, input: { readonly jobId: str
   const stream = await deps.jobStream(jobId);
   if (stream === null) throw new UnknownJobError(jobId);
   const asOf = at ?? deps.clock();
-  const [{ home, limits, events }, liveWorkers] = await Promise.all([readJobStreams(deps.store, stream, jobId, at, deps.budget, deps.load), at === undefined ? deps.liveWorkers?.() : undefined]);
+  const [{ home, limits, events }, liveWorkers] = await Promise.all([readJobStreams(deps.store, stream, jobId, at, deps.budget, deps.load, deps.line), at === undefined ? deps.liveWorkers?.() : undefined]);
   return explain({ jobId, asOf, home, limits, events, ...(liveWorkers === undefined ? {} : { liveWorkers }) });
 };

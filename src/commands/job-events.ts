@@ -1,4 +1,5 @@
 import type { KeyEvent } from '../domain/events.js';
+import type { LimitLine } from '../domain/explain.js';
 import { apply, draftOf, holders, initialKeyState, type KeyState } from '../domain/key-state.js';
 import { comparePositions, type EventStore, type GlobalPosition, type JsonObject, type RecordedEvent, type StreamRevision } from '../domain/ports/event-store.js';
 import { decodeRecorded } from '../domain/recorded.js';
@@ -129,12 +130,13 @@ export const readJobsOfStream = async (store: EventStore, home: string, jobIds: 
 
 /**
  * One job's streams and events, as of `until` (epoch ms; now when absent). Now, with `load` and a
- * store that finds a job's events by its id, nothing is folded but what follows each snapshot.
+ * store that finds a job's events by its id, nothing is folded but what follows each snapshot
+ * (and a limit key that `line` answers for is not loaded at all).
  */
-export const readJobStreams = async (store: EventStore, home: string, jobId: string, until?: number, budget?: ReadBudget, load?: StreamLoad): Promise<JobStreams> => {
+export const readJobStreams = async (store: EventStore, home: string, jobId: string, until?: number, budget?: ReadBudget, load?: StreamLoad, line?: LineRead): Promise<JobStreamsNow> => {
   if (until === undefined && load !== undefined && store.readJobEvents !== undefined) {
     checkBudget(budget);
-    const now = await readJobStreamsNow(store as Required<Pick<EventStore, 'readJobEvents'>>, load, home, jobId);
+    const now = await readJobStreamsNow(store as Required<Pick<EventStore, 'readJobEvents'>>, load, home, jobId, line);
     if (now !== undefined) return now;
   }
   const { home: at, jobs } = await readJobsOfStream(store, home, [jobId], until, budget);
@@ -221,32 +223,53 @@ export const foldedJobEvents = async (store: EventStore, home: string, jobId: st
 /** A stream's state as it stands: its latest snapshot and the events after it (the key writer's load). */
 export type StreamLoad = (stream: string) => Promise<{ readonly state: KeyState; readonly revision: StreamRevision | 'no_stream' }>;
 
+/**
+ * A limit key's line as its read models hold it now, for an explanation of `jobId`, without its
+ * state (LimitLine; its startedAt is left empty: readJobStreamsNow finds the starts); undefined
+ * when they cannot say (they lag the ledger, or the key is unknown there): the key is loaded then.
+ */
+export type LineRead = (stream: string, jobId: string) => Promise<Omit<LimitLine, 'startedAt'> | undefined>;
+
+/** The job's streams now: its home's state, and each limit key's state or its line as read. */
+export interface JobStreamsNow {
+  readonly home: StreamAt;
+  readonly limits: readonly (StreamAt | LimitLine)[];
+  readonly events: readonly JobEvent[];
+}
+
 const waitsIn = (event: KeyEvent): event is Extract<KeyEvent, { type: 'JobParked' | 'LimitWaiting' }> => event.type === 'JobParked' || event.type === 'LimitWaiting';
 
+/** When each holder's lease started: its JobStarted, at its home (for a guest too), found by the store's index. */
+const startsOf = async (store: Required<Pick<EventStore, 'readJobEvents'>>, stream: string, held: readonly { readonly jobId: string; readonly home?: string | undefined; readonly lease: { readonly leaseId: string } }[]): Promise<Map<string, number>> => {
+  const startedAt = new Map<string, number>();
+  if (held.length === 0) return startedAt;
+  const started = await store.readJobEvents(held.map((h) => h.jobId), [...new Set(held.map((h) => h.home ?? stream))], { except: RENEWALS });
+  const leases = new Set(held.map((h) => h.lease.leaseId));
+  for (const r of started) {
+    const e = decodeRecorded(r);
+    if (e.type === 'JobStarted' && leases.has(e.data.leaseId)) startedAt.set(e.data.leaseId, e.data.at);
+  }
+  return startedAt;
+};
+
 /**
- * The job's streams now without folding them: each stream's state from `load`, the job's events
- * and its holders' starts found by the store's index, each wait's line from its event. Undefined
- * when a wait of the job was recorded before waits recorded their line: its streams are folded.
+ * The job's streams now without folding them: each stream's state from `load` (each limit key's
+ * line from `line`, when it answers), the job's events and its holders' starts found by the
+ * store's index, each wait's line from its event. Undefined when a wait of the job was recorded
+ * before waits recorded their line: its streams are folded.
  */
-const readJobStreamsNow = async (store: Required<Pick<EventStore, 'readJobEvents'>>, load: StreamLoad, home: string, jobId: string): Promise<JobStreams | undefined> => {
+const readJobStreamsNow = async (store: Required<Pick<EventStore, 'readJobEvents'>>, load: StreamLoad, home: string, jobId: string, line?: LineRead): Promise<JobStreamsNow | undefined> => {
   // Where the job is and how it waited: its lease's renewals tell neither (the lease is in the state).
   const { events, limits } = await indexedJobEvents(store, home, jobId, RENEWALS);
   if (events.some((e) => waitsIn(e.event) && e.event.data.line === undefined)) return undefined;
-  const streams = [home, ...limits.map(keyStream)];
-  const at = await Promise.all(
-    streams.map(async (stream): Promise<StreamAt> => {
-      const { state, revision } = await load(stream);
-      // When each holder's lease started (its JobStarted: at home, for a guest too).
-      const held = holders(state);
-      const started = held.length === 0 ? [] : await store.readJobEvents(held.map((h) => h.jobId), [...new Set(held.map((h) => h.home ?? stream))], { except: RENEWALS });
-      const leases = new Set(held.map((h) => h.lease!.leaseId));
-      const startedAt = new Map<string, number>();
-      for (const r of started) {
-        const e = decodeRecorded(r);
-        if (e.type === 'JobStarted' && leases.has(e.data.leaseId)) startedAt.set(e.data.leaseId, e.data.at);
-      }
-      return { stream, state, revision, startedAt };
-    }),
-  );
-  return { home: at[0]!, limits: at.slice(1), events: events.map((e) => (waitsIn(e.event) ? { ...e, line: e.event.data.line! } : e)) };
+  const loaded = async (stream: string): Promise<StreamAt> => {
+    const { state, revision } = await load(stream);
+    return { stream, state, revision, startedAt: await startsOf(store, stream, holders(state).map((h) => ({ ...h, lease: h.lease! }))) };
+  };
+  const read = async (stream: string): Promise<StreamAt | LimitLine> => {
+    const l = await line?.(stream, jobId);
+    return l === undefined ? loaded(stream) : { ...l, startedAt: await startsOf(store, stream, l.holders) };
+  };
+  const [own, ...under] = await Promise.all([loaded(home), ...limits.map((key) => read(keyStream(key)))]);
+  return { home: own!, limits: under, events: events.map((e) => (waitsIn(e.event) ? { ...e, line: e.event.data.line! } : e)) };
 };

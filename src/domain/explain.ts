@@ -1,6 +1,6 @@
 import { auditKeyOf } from './audit.js';
 import type { KeyEvent } from './events.js';
-import { holders, lineAfter, type KeyState, type Lease } from './key-state.js';
+import { holders, lineAfter, type KeyState, type Lease, type Pause } from './key-state.js';
 
 // "Why is this job waiting?": the answer from the states of the job's streams (its home and its
 // limit keys, folded up to a moment) and the job's own events there. Pure: the caller loads both
@@ -16,8 +16,8 @@ export interface ExplainInput {
    */
   readonly liveWorkers?: ReadonlySet<string>;
   readonly home: ExplainStream;
-  /** The job's further limit keys, in its JobEnqueued's order. */
-  readonly limits: readonly ExplainStream[];
+  /** The job's further limit keys, in its JobEnqueued's order: each folded, or its line as read (LimitLine). */
+  readonly limits: readonly (ExplainStream | LimitLine)[];
   readonly events: readonly ExplainEvent[];
 }
 
@@ -27,6 +27,46 @@ export interface ExplainStream {
   /** When each holder's lease was started, by lease id. */
   readonly startedAt: ReadonlyMap<string, number>;
 }
+
+/** What a lease shows in an explanation. */
+export type LineLease = Pick<Lease, 'leaseId' | 'acquiredAt' | 'expiresAt' | 'workerId'>;
+
+/**
+ * A limit key as an explanation shows it: its figures, its holders and the job's place in its
+ * line. lineOf makes it from the key's state; a reader may answer it without the state (a queue
+ * cap's key holds every waiting job of its queue: 20,000 jobs are a 4 MB state to load for ten
+ * ids and two counts).
+ */
+export interface LimitLine {
+  readonly stream: string;
+  readonly limit: number;
+  readonly holding: number;
+  readonly paused: Pause | undefined;
+  /** The job's place in the key's line (priority, then order): n of m; null when it is not in it. */
+  readonly place: { readonly n: number; readonly of: number } | null;
+  /** The first jobs ahead of it in the line (at most AHEAD_SHOWN). */
+  readonly ahead: readonly string[];
+  /** The jobs holding the key's slots; a guest's `home` is its own stream. */
+  readonly holders: readonly { readonly jobId: string; readonly home?: string | undefined; readonly lease: LineLease }[];
+  /** When each holder's lease was started, by lease id. */
+  readonly startedAt: ReadonlyMap<string, number>;
+}
+
+/** A key's line as an explanation of `jobId` shows it, from the key's state. */
+export const lineOf = ({ stream, state, startedAt }: ExplainStream, jobId: string): LimitLine => {
+  const line = lineAfter(state, Infinity);
+  const at = line.indexOf(jobId);
+  return {
+    stream,
+    limit: state.limit,
+    holding: state.holding,
+    paused: state.paused,
+    place: at < 0 ? null : { n: at + 1, of: line.length },
+    ahead: at < 0 ? [] : line.slice(0, Math.min(at, AHEAD_SHOWN)),
+    holders: holders(state).map((h) => ({ jobId: h.jobId, home: h.home, lease: h.lease! })),
+    startedAt,
+  };
+};
 
 export interface ExplainEvent {
   readonly stream: string;
@@ -146,7 +186,7 @@ export const endingOf = (events: readonly KeyEvent[]): { readonly status: Explai
 /** The moment explained, and (now only) who is alive at it. */
 type Moment = Pick<ExplainInput, 'asOf' | 'liveWorkers'>;
 
-export const leaseStateOf = (lease: Lease, { asOf, liveWorkers }: Moment): LeaseState =>
+export const leaseStateOf = (lease: LineLease, { asOf, liveWorkers }: Moment): LeaseState =>
   lease.workerId === null
     ? 'unstarted'
     : lease.expiresAt !== null && lease.expiresAt <= asOf
@@ -155,31 +195,30 @@ export const leaseStateOf = (lease: Lease, { asOf, liveWorkers }: Moment): Lease
         ? 'worker-gone'
         : 'running';
 
-const leaseView = (s: ExplainStream, lease: Lease, guest: boolean, when: Moment): LeaseView => ({
+const leaseView = (startedAt: ReadonlyMap<string, number>, lease: LineLease, guest: boolean, when: Moment): LeaseView => ({
   leaseId: lease.leaseId,
   state: guest ? 'home' : leaseStateOf(lease, when),
   heldSince: lease.acquiredAt,
   workerId: lease.workerId,
-  startedAt: s.startedAt.get(lease.leaseId) ?? null,
+  startedAt: startedAt.get(lease.leaseId) ?? null,
   expiresAt: lease.expiresAt,
 });
 
-const limitView = (s: ExplainStream, own: boolean, jobId: string, when: Moment): LimitView => {
-  const { state } = s;
-  const line = lineAfter(state, Infinity);
-  const at = line.indexOf(jobId);
-  return {
-    key: auditKeyOf(s.stream),
-    own,
-    limit: state.limit,
-    holding: state.holding,
-    paused: state.paused === undefined ? null : { by: state.paused.by, reason: state.paused.reason, since: state.paused.at },
-    blocking: state.paused !== undefined || state.holding >= state.limit,
-    place: at < 0 ? null : { n: at + 1, of: line.length },
-    ahead: at < 0 ? [] : line.slice(0, Math.min(at, AHEAD_SHOWN)),
-    holders: holders(state).map((h) => ({ jobId: h.jobId, home: h.home === undefined ? null : auditKeyOf(h.home), lease: leaseView(s, h.lease!, h.home !== undefined, when) })),
-  };
-};
+/** Oldest admission first (then by job id): the same order whoever read the line. */
+const byAdmission = (a: LimitLine['holders'][number], b: LimitLine['holders'][number]): number =>
+  a.lease.acquiredAt - b.lease.acquiredAt || (a.jobId < b.jobId ? -1 : a.jobId > b.jobId ? 1 : 0);
+
+const limitView = (l: LimitLine, own: boolean, when: Moment): LimitView => ({
+  key: auditKeyOf(l.stream),
+  own,
+  limit: l.limit,
+  holding: l.holding,
+  paused: l.paused === undefined ? null : { by: l.paused.by, reason: l.paused.reason, since: l.paused.at },
+  blocking: l.paused !== undefined || l.holding >= l.limit,
+  place: l.place,
+  ahead: l.ahead,
+  holders: [...l.holders].sort(byAdmission).map((h) => ({ jobId: h.jobId, home: h.home === undefined ? null : auditKeyOf(h.home), lease: leaseView(l.startedAt, h.lease, h.home !== undefined, when) })),
+});
 
 /** Why a job was scheduled, from its home event just before the JobScheduled. */
 const scheduledBecause = (before: KeyEvent | undefined): ScheduledBecause => {
@@ -293,11 +332,11 @@ export const explain = (input: ExplainInput): Explanation => {
     status,
     attempts: job?.attempts ?? null,
     maxAttempts: job?.maxAttempts ?? null,
-    limits: [limitView(home, true, jobId, input), ...input.limits.map((l) => limitView(l, false, jobId, input))],
+    limits: [limitView(lineOf(home, jobId), true, input), ...input.limits.map((l) => limitView('state' in l ? lineOf(l, jobId) : l, false, input))],
     schedule: job?.status === 'scheduled' && job.runAt !== null ? { runAt: job.runAt, due: job.runAt <= asOf, ...(lastWait?.kind === 'scheduled' ? { why: lastWait.why, because: lastWait.because } : scheduledWhy(undefined)) } : null,
     holding:
       job?.lease != null
-        ? { lease: leaseView(home, job.lease, false, input), how: lastAdmission?.type === 'JobPromoted' ? 'promoted' : 'acquired', waitedMs: lastAdmission?.type === 'JobPromoted' ? lastAdmission.data.waitedMs : 0 }
+        ? { lease: leaseView(home.startedAt, job.lease, false, input), how: lastAdmission?.type === 'JobPromoted' ? 'promoted' : 'acquired', waitedMs: lastAdmission?.type === 'JobPromoted' ? lastAdmission.data.waitedMs : 0 }
         : null,
     ended:
       e === undefined

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { READ_JOB_ROWS_SQL } from '../../src/adapters/eventstore/postgres/event-rows.js';
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
 import { jobStreamOf } from '../../src/adapters/postgres/queries/job-stream.js';
+import { limitLine } from '../../src/adapters/postgres/queries/limit-line.js';
 import { createLedger } from '../../src/adapters/ledger.js';
 import { AUDIT_PAGE } from '../../src/commands/audit-page.js';
 import { explainJob } from '../../src/commands/explain.js';
@@ -228,6 +229,9 @@ describe('an explanation of now, without folding', () => {
     e.at(T0 + 3 * SEC);
     await e.start('acme', 'b', 'w1');
     await ledger.release({ key: 'acme', jobId: 'b', by: 'alice' });
+    // A limit key's own job in its line among the guests, and the key paused.
+    await ledger.enqueue({ name: 'own', key: 'api', jobId: 'o' });
+    await ledger.pause({ key: 'api', by: 'ops', reason: 'quota' });
   });
   afterAll(async () => {
     await e?.close();
@@ -248,15 +252,39 @@ describe('an explanation of now, without folding', () => {
     };
     const base = { jobStream: (jobId: string) => jobStreamOf(e.db.pool, jobId), clock: () => T0 + 4 * SEC };
     const load = (stream: string) => e.ledger.keyState(stream.replace(/^key:/, ''));
+    // Each limit key's line from the read models (what the ledger does with inline projections), counted.
+    let lines = 0;
+    const line = async (stream: string, jobId: string) => {
+      const read = await limitLine(e.db.pool, stream, jobId);
+      if (read !== undefined) lines++;
+      return read;
+    };
     const filled = new Set<number>();
-    for (const jobId of ['a', 'b', 'c', 'd', 'z', 'y']) {
+    for (const jobId of ['a', 'b', 'c', 'd', 'z', 'y', 'o']) {
       const bounded = await explainJob({ ...base, store, load }, { jobId });
       const folded = await explainJob({ ...base, store: folding }, { jobId });
       // A guest holder's start is recorded at its home, which the fold of a limit key does not
       // read (it said null); found by its id, it is known. Everything else is the same.
       expect(withStartsOf(folded, bounded, filled), jobId).toEqual(folded);
+      expect(await explainJob({ ...base, store, load, line }, { jobId }), jobId).toEqual(bounded);
     }
     expect([...filled].sort()).toEqual([T0 + SEC, T0 + 3 * SEC]); // z's start and b's, as guests of api
+    expect(lines).toBe(5); // api, for each job under it: a, b, c, d, z
+    const o = await e.ledger.explain({ jobId: 'o' });
+    expect(o.limits[0]).toMatchObject({ key: 'api', paused: { by: 'ops', reason: 'quota' }, place: { n: 3, of: 3 }, ahead: ['c', 'd'] });
+  });
+
+  it("a limit key's line is not read from a read model held back by a quarantine: the key is loaded", async () => {
+    expect(await limitLine(e.db.pool, keyStream('api'), 'd')).toBeDefined();
+    await e.db.pool.query(
+      `INSERT INTO jl_quarantined (stream, reader, revision, commit_id, position, error) VALUES ($1, 'projection:read_models', 1, '1', 1, 'test')`,
+      [keyStream('api')],
+    );
+    try {
+      expect(await limitLine(e.db.pool, keyStream('api'), 'd')).toBeUndefined();
+    } finally {
+      await e.db.pool.query(`DELETE FROM jl_quarantined WHERE stream = $1 AND error = 'test'`, [keyStream('api')]);
+    }
   });
 });
 

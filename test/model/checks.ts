@@ -3,6 +3,8 @@ import type { KeyEvent } from '../../src/domain/events.js';
 import { fold, initialKeyState, type KeyState } from '../../src/domain/key-state.js';
 import { decodeRecorded } from '../../src/domain/recorded.js';
 import { KEY_STREAM_PREFIX, keyStream, queueCapKey } from '../../src/domain/streams.js';
+import { limitLine } from '../../src/adapters/postgres/queries/limit-line.js';
+import { lineOf, type LimitLine } from '../../src/domain/explain.js';
 import { createReadModelProjections } from '../../src/projections/read-models.js';
 import { verify } from '../../src/projections/verify.js';
 
@@ -22,6 +24,8 @@ import { verify } from '../../src/projections/verify.js';
 // - audit: each handler ran inside its slot's tenure as the ledger records it (JobStarted ..
 //   SlotReleased of its lease);
 // - replay: the read models are what replaying the ledger gives (replay --verify);
+// - line: a key's line as the read models give it to an explanation (limitLine) is the one its
+//   state gives (lineOf): figures, pause, holders, and each of its jobs' place and the jobs ahead;
 // - given back: no job no worker knows is offered again past the give-back bound (issue 21 #6).
 
 export interface ModelWorld {
@@ -93,8 +97,8 @@ export interface CheckInput {
 export const checkRun = async ({ pool, world, runs, phase }: CheckInput): Promise<Violation[]> => {
   const ledger = await readLedger(pool);
   return phase === 'quiet'
-    ? stranded(world, ledger)
-    : [...limitsAndTwice(world, ledger, runs), ...rejections(ledger), ...discarded(ledger), ...givenBack(world, ledger), ...audit(ledger, runs), ...(await replay(pool))];
+    ? [...stranded(world, ledger), ...(await lines(pool, ledger))]
+    : [...limitsAndTwice(world, ledger, runs), ...rejections(ledger), ...discarded(ledger), ...givenBack(world, ledger), ...audit(ledger, runs), ...(await replay(pool)), ...(await lines(pool, ledger))];
 };
 
 /** Each stream's state folded from its events (those passing `keep`). */
@@ -285,6 +289,27 @@ const audit = (ledger: readonly Recorded[], runs: readonly HandlerRun[]): Violat
     }
   }
   return out;
+};
+
+/** The most jobs of one key whose place in line is compared (each is a query). */
+const LINE_JOBS = 20;
+
+const lines = async (pool: pg.Pool, ledger: readonly Recorded[]): Promise<Violation[]> => {
+  const out: Violation[] = [];
+  const holderList = (l: Omit<LimitLine, 'startedAt'>) =>
+    l.holders.map((h) => `${h.jobId}/${h.home ?? ''}/${h.lease.leaseId}/${h.lease.acquiredAt}/${h.lease.expiresAt}/${h.lease.workerId}`).sort();
+  const shown = (l: Omit<LimitLine, 'startedAt'>) => JSON.stringify({ limit: l.limit, holding: l.holding, paused: l.paused ?? null, place: l.place, ahead: l.ahead, holders: holderList(l) });
+  for (const [stream, state] of statesOf(ledger)) {
+    if (!stream.startsWith(KEY_STREAM_PREFIX)) continue;
+    // Its parked jobs, and one that is not in its line.
+    for (const jobId of [...Object.keys(state.jobs).filter((j) => state.jobs[j]!.status === 'parked').slice(0, LINE_JOBS), 'not-in-line']) {
+      const want = shown(lineOf({ stream, state, startedAt: new Map() }, jobId));
+      const read = await limitLine(pool, stream, jobId);
+      const got = read === undefined ? 'nothing' : shown(read);
+      if (got !== want) out.push({ check: 'line', message: `${jobId} on ${stream}: the read models give ${got}, the state ${want}` });
+    }
+  }
+  return out.slice(0, 5);
 };
 
 const replay = async (pool: pg.Pool): Promise<Violation[]> => {
