@@ -50,7 +50,7 @@ export interface Audit {
 export interface AuditDeps {
   readonly store: EventStore;
   readonly jobStream: JobStreamLookup;
-  /** A stream's state now (its latest snapshot and what follows): the audit reads its head revision there. */
+  /** A stream's state now (its latest snapshot and what follows): the audit reads its head revision there, when the store cannot tell it (keyStreamHead). */
   readonly load: (stream: string) => Promise<{ readonly revision: StreamRevision | 'no_stream' }>;
   readonly budget?: ReadBudget;
 }
@@ -177,7 +177,7 @@ const PageSize = refine(t.number, 'PageSize', (n) => Number.isSafeInteger(n) && 
  */
 const auditPage = async (deps: AuditDeps, key: string, before: number | undefined, limit: number): Promise<Audit> => {
   const stream = keyStream(key);
-  const { revision: head } = await deps.load(stream);
+  const head = deps.store.keyStreamHead !== undefined ? await deps.store.keyStreamHead(stream) : (await deps.load(stream)).revision;
   if (head === 'no_stream') throw new UnknownKeyError(key);
   const to = Math.min(before ?? head + 1, head + 1) - 1;
   const from = Math.max(0, to + 1 - limit);

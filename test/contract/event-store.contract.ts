@@ -333,6 +333,16 @@ export function eventStoreContract(name: string, setup: () => Promise<EventStore
       expect(await revisions({ fromRevision: 10 })).toEqual([]);
     });
 
+    it("keyStreamHead, where the store has it, is the revision of the stream's last event, or no_stream before its first", async () => {
+      if (store.keyStreamHead === undefined) return;
+      const stream = `${uniquePrefix()}s`;
+      expect(await store.keyStreamHead(stream)).toBe('no_stream');
+      await store.append(stream, 'no_stream', [event('E0')]);
+      expect(await store.keyStreamHead(stream)).toBe(0);
+      await store.append(stream, 0, Array.from({ length: 4 }, (_, i) => event(`E${i + 1}`)));
+      expect(await store.keyStreamHead(stream)).toBe(4);
+    });
+
     it('readStreams reads several streams, each from its own revision, as readStream would', async () => {
       const p = uniquePrefix();
       for (let i = 0; i < 5; i++) await store.append(`${p}a`, 'any', [event(`A${i}`)]);

@@ -150,6 +150,11 @@ export interface EventStore {
    * and lease. Optional, with readJobEvents (a reader without it reads the renewals).
    */
   readJobRenewals?(jobId: string, streams: readonly string[]): Promise<RenewalRun[]>;
+  /**
+   * The revision of a key stream's last event ('no_stream' before its first), without reading its
+   * events or its state: where a key's audit page starts. Optional: a reader without it loads the state.
+   */
+  keyStreamHead?(stream: string): Promise<StreamRevision | 'no_stream'>;
   /** Events of every stream (or those with a prefix) in global order, only once no earlier event can still appear. */
   readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
   /**

@@ -177,6 +177,13 @@ export class PostgresEventStore implements EventStore, LedgerStore {
     return rows.map((r) => ({ stream: r.stream, leaseId: r.lease_id, count: r.count, firstRevision: Number(r.first_revision), lastRevision: Number(r.last_revision) }));
   }
 
+  async keyStreamHead(stream: string): Promise<StreamRevision | 'no_stream'> {
+    if (isJobStream(stream)) throw new TypeError(`keyStreamHead: ${stream} is a job's stream, which has no streams row`);
+    // The streams row is written with each append (its revision is the optimistic check's): one index lookup.
+    const { rows } = await this.pool.query<{ revision: string }>(`SELECT revision FROM streams WHERE stream = $1`, [stream]);
+    return rows[0] === undefined ? 'no_stream' : Number(rows[0].revision);
+  }
+
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
     const after = options.after ?? START;
     const values: unknown[] = [...afterParameters(after), options.maxCount ?? null];
