@@ -73,6 +73,12 @@ export interface LedgerOptions extends LedgerReaderOptions {
    * operator's action: setLimit on the key `queue:<name>`, recorded with who.
    */
   readonly queues?: QueueCaps;
+  /**
+   * false: open() does not make the ledger's coming weeks' partitions (migration 17), a
+   * transaction of its own: for a process that only reads (the CLI's explain, job, audit, state).
+   * Nothing depends on it: the first write of a week without its partition makes them. Default true.
+   */
+  readonly makeWeeks?: boolean;
 }
 
 export type QueueCaps = Readonly<Record<string, { readonly maxConcurrent: number }>>;
@@ -173,7 +179,7 @@ export class Ledger extends LedgerReader {
         async () => {
           if (options.migrate !== false) await migrate(pool, { distributed: options.distributed ?? 'auto' });
           // This week's partition of the ledger, and the next ones (migration 17), whoever sweeps.
-          await ensureAppendWeeks(pool);
+          if (options.makeWeeks !== false) await ensureAppendWeeks(pool);
           return { mode: await projectionMode(pool, wanted), distributed: await isDistributed(pool) };
         },
         { outages, timeoutMs: options.waitForDatabaseMs ?? 0, random, clock: Date.now },

@@ -31,24 +31,25 @@ export const createContext = (): CommandContext => {
 };
 
 /**
- * Opens the database (DATABASE_URL or embedded) and a pool on it for one command, and closes both
- * after. A database that cannot be reached fails before `run`, in one line naming DATABASE_URL and
- * what was tried.
+ * Opens the database (DATABASE_URL or embedded) and a pool on it for one command, loads the
+ * command's module (`load`) meanwhile, and closes both after. A database that cannot be reached
+ * fails before `run`, in one line naming DATABASE_URL and what was tried.
  *
  * The reachability check is the pool's first connection, given back to it: the command's first
  * statement runs on it (a check on a connection of its own cost its setup and its teardown, some
- * 20 ms of each command line). The pool is ended without waiting for the server to close its
- * sessions: each is told to end (Terminate) as end() is called, after the command's last
- * statement has answered, and main.ts exits the process once the output is flushed.
+ * 20 ms of each command line); the module loads while the server starts its session. The pool is
+ * ended without waiting for the server to close its sessions: each is told to end (Terminate) as
+ * end() is called, after the command's last statement has answered, and main.ts exits the process
+ * once the output is flushed.
  */
-export const withDatabase = async <T>(ctx: CommandContext, run: (db: { readonly url: string; readonly pool: Pool }) => Promise<T>, poolSize: number): Promise<T> => {
+const withDatabase = async <M, T>(ctx: CommandContext, load: () => Promise<M>, run: (db: { readonly url: string; readonly pool: Pool }, module: M) => Promise<T>, poolSize: number): Promise<T> => {
   const [{ openDatabase, checkReachable }, { createPool }] = await Promise.all([import('./database.js'), import('../ledger-reader.js')]);
   const db = await openDatabase((line) => ctx.logger.debug({ embedded: line }));
   try {
     const pool = createPool({ databaseUrl: db.url, logger: ctx.logger, poolSize });
     try {
-      await checkReachable(db, pool);
-      return await run({ url: db.url, pool }).catch((error: unknown) => {
+      const [, module] = await Promise.all([checkReachable(db, pool), load()]);
+      return await run({ url: db.url, pool }, module).catch((error: unknown) => {
         throw db.explain(error);
       });
     } finally {
@@ -73,12 +74,17 @@ const closing = async <R extends { close(): Promise<void> }, T>(opened: Promise<
 export const withLedger = <T>(ctx: CommandContext, run: (ledger: Ledger) => Promise<T>, options: Partial<LedgerOptions> = {}): Promise<T> =>
   withDatabase(
     ctx,
-    async ({ url, pool }) => {
-      const { createLedger } = await import('../ledger.js');
-      return closing(createLedger({ databaseUrl: url, pool, logger: ctx.logger, ...options }), run);
-    },
+    () => import('../ledger.js'),
+    ({ url, pool }, { createLedger }) => closing(createLedger({ databaseUrl: url, pool, logger: ctx.logger, ...options }), run),
     options.poolSize ?? 4,
   );
+
+/**
+ * As withLedger, for a command that reads the ledger itself and writes nothing (explain, job,
+ * audit, state): one connection, its reads queued on it (a second connection's setup costs more
+ * than the wait), and no partitions made for the weeks to come (a write's business).
+ */
+export const withLedgerToRead = <T>(ctx: CommandContext, run: (ledger: Ledger) => Promise<T>): Promise<T> => withLedger(ctx, run, { poolSize: 1, makeWeeks: false });
 
 /**
  * As withLedger, for a command that only reads: the ledger's read side (LedgerReader), which
@@ -87,9 +93,7 @@ export const withLedger = <T>(ctx: CommandContext, run: (ledger: Ledger) => Prom
 export const withReader = <T>(ctx: CommandContext, run: (reader: LedgerReader) => Promise<T>, options: Partial<LedgerReaderOptions> = {}): Promise<T> =>
   withDatabase(
     ctx,
-    async ({ url, pool }) => {
-      const { LedgerReader } = await import('../ledger-reader.js');
-      return closing(LedgerReader.open({ databaseUrl: url, pool, logger: ctx.logger, ...options }), run);
-    },
+    () => import('../ledger-reader.js'),
+    ({ url, pool }, { LedgerReader }) => closing(LedgerReader.open({ databaseUrl: url, pool, logger: ctx.logger, ...options }), run),
     options.poolSize ?? 1,
   );

@@ -3,7 +3,7 @@ import ms from 'ms';
 import type { Audit, AuditPage } from '../../../commands/audit.js';
 import { AUDIT_PAGE, MAX_AUDIT_PAGE } from '../../../commands/audit-page.js';
 import { jobName, type Handoff } from '../../../domain/audit.js';
-import { withLedger, type CommandContext } from '../context.js';
+import { withLedgerToRead, type CommandContext } from '../context.js';
 import { UsageError, asUsage } from '../errors.js';
 import { print, table, time } from '../output.js';
 import { integer } from '../parse.js';
@@ -39,7 +39,7 @@ export const registerAudit = (program: Command, ctx: CommandContext): void => {
       if (flags.job !== undefined && (flags.before !== undefined || flags.limit !== undefined)) throw new UsageError(`${flags.before !== undefined ? '--before' : '--limit'}: pages a key's audit (--key); a job's is whole`);
       const page = { ...(flags.before === undefined ? {} : { before: flags.before }), ...(flags.limit === undefined ? {} : { limit: flags.limit }) };
       const target = flags.key !== undefined ? { key: flags.key, ...page } : { jobId: flags.job! };
-      const audit = await withLedger(ctx, (ledger) => ledger.audit(target).catch(asUsage(FLAG_OF)));
+      const audit = await withLedgerToRead(ctx, (ledger) => ledger.audit(target).catch(asUsage(FLAG_OF)));
       print({ json: flags.json === true }, audit, () => {
         const { handoffs } = audit;
         const underLimits = handoffs.some((h) => alsoHeld(h) !== '');

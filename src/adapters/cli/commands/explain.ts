@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { explanationInWords } from '../../../domain/explain-words.js';
-import { withLedger, type CommandContext } from '../context.js';
+import { withLedgerToRead, type CommandContext } from '../context.js';
 import { asUsage } from '../errors.js';
 import { print } from '../output.js';
 import { isoTime } from '../parse.js';
@@ -15,8 +15,7 @@ export const registerExplain = (program: Command, ctx: CommandContext): void => 
     .option('--at <iso>', 'as it was at this time', isoTime('--at'))
     .option('--json', 'machine-readable output')
     .action(async (flags: { job: string; at?: Date; json?: boolean }) => {
-      // One connection: the explanation's reads run at once, and a second connection's setup costs more than waiting for the first.
-      const explanation = await withLedger(ctx, (ledger) => ledger.explain({ jobId: flags.job, ...(flags.at ? { at: flags.at.getTime() } : {}) }).catch(asUsage(FLAG_OF)), { poolSize: 1 });
+      const explanation = await withLedgerToRead(ctx, (ledger) => ledger.explain({ jobId: flags.job, ...(flags.at ? { at: flags.at.getTime() } : {}) }).catch(asUsage(FLAG_OF)));
       print({ json: flags.json === true }, explanation, () => explanationInWords(explanation));
     });
 };

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { withLedger, type CommandContext } from '../context.js';
+import { withLedgerToRead, type CommandContext } from '../context.js';
 import { asUsage } from '../errors.js';
 import { print, table, time } from '../output.js';
 
@@ -13,7 +13,7 @@ export const registerJob = (program: Command, ctx: CommandContext): void => {
     .option('--renewals', 'every lease renewal on a line of its own (default: each run of renewals of one lease in one line)')
     .option('--json', 'machine-readable output')
     .action(async (flags: { job: string; renewals?: boolean; json?: boolean }) => {
-      const history = await withLedger(ctx, (ledger) => ledger.jobHistory({ jobId: flags.job, renewals: flags.renewals === true ? 'all' : 'folded' }).catch(asUsage(FLAG_OF)));
+      const history = await withLedgerToRead(ctx, (ledger) => ledger.jobHistory({ jobId: flags.job, renewals: flags.renewals === true ? 'all' : 'folded' }).catch(asUsage(FLAG_OF)));
       print({ json: flags.json === true }, history, () =>
         [
           `job ${history.jobId} (key ${history.key}): ${history.events.reduce((n, e) => n + (e.renewals?.count ?? 1), 0)} events` +

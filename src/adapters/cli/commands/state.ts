@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { auditKeyOf, jobName } from '../../../domain/audit.js';
 import type { JobEntry } from '../../../domain/key-state.js';
-import { withLedger, type CommandContext } from '../context.js';
+import { withLedgerToRead, type CommandContext } from '../context.js';
 import { UsageError } from '../errors.js';
 import { print, table, time } from '../output.js';
 import { integer, isoTime } from '../parse.js';
@@ -30,7 +30,7 @@ export const registerState = (program: Command, ctx: CommandContext): void => {
       if (flags.at && flags.revision !== undefined) throw new UsageError('--revision: give --at or --revision, not both');
       if (flags.revision !== undefined && flags.revision < 0) throw new UsageError('--revision: must be 0 or more');
       const until = { ...(flags.at ? { at: flags.at.getTime() } : {}), ...(flags.revision !== undefined ? { revision: flags.revision } : {}) };
-      const found = await withLedger(ctx, (ledger) => ledger.keyStateAt(flags.key, until));
+      const found = await withLedgerToRead(ctx, (ledger) => ledger.keyStateAt(flags.key, until));
       if ('firstEventAt' in found) {
         print({ json: flags.json === true }, { key: flags.key, revision: null, at: null, firstEventAt: time(found.firstEventAt) }, () =>
           `key ${JSON.stringify(flags.key)} had no event yet at ${time(until.at)}: its first was at ${time(found.firstEventAt)}`,
