@@ -4,7 +4,7 @@ import { ledgerProjections } from '../projections/ledger-projections.js';
 import type { Projection } from '../projections/projection.js';
 import type { RebuildOptions, Rebuilt } from '../projections/rebuild.js';
 import type { Verified } from '../projections/verify.js';
-import { createLogger } from './logging/logger.js';
+import { defaultLogger } from './logging/default-logger.js';
 import { isDistributed } from './postgres/distribution.js';
 import { migrate } from './postgres/migrations.js';
 import { outagesOf } from './postgres/outage.js';
@@ -40,13 +40,13 @@ export interface LedgerReaderOptions {
   readonly distributed?: boolean | 'auto';
 }
 
-/** The pool a ledger makes from `databaseUrl`. */
-export const createPool = (options: LedgerReaderOptions): pg.Pool => {
+/** The pool a ledger makes from `databaseUrl`, its lost connections logged to `logger`. */
+export const createPool = (options: LedgerReaderOptions & { readonly logger: Logger }): pg.Pool => {
   if (!options.databaseUrl) throw new TypeError('databaseUrl: required (or pass a pg.Pool as pool)');
   // Pipelining lets a transaction send its projection statements together (src/projections/apply.ts).
   const pool = new pg.Pool({ connectionString: options.databaseUrl, max: options.poolSize ?? 10, pipeline: true } as pg.PoolConfig);
   // An idle client losing its connection must not crash the process; the next query reconnects.
-  outagesOf(pool, options.logger ?? createLogger());
+  outagesOf(pool, options.logger);
   return pool;
 };
 
@@ -68,7 +68,7 @@ export class LedgerReader {
   ) {}
 
   static async open(options: LedgerReaderOptions): Promise<LedgerReader> {
-    const pool = options.pool ?? createPool(options);
+    const pool = options.pool ?? createPool({ ...options, logger: options.logger ?? (await defaultLogger()) });
     try {
       if (options.migrate !== false) await migrate(pool, { distributed: options.distributed ?? 'auto' });
       return new LedgerReader(pool, options.pool === undefined, options.clock ?? Date.now, await isDistributed(pool));

@@ -23,7 +23,7 @@ import { AsyncProjectionRunner } from '../projections/runner.js';
 import { PostgresEventStore } from './eventstore/postgres/postgres-event-store.js';
 import { LedgerReader, createPool, type LedgerReaderOptions } from './ledger-reader.js';
 import { limitLine } from './postgres/queries/limit-line.js';
-import { createLogger } from './logging/logger.js';
+import { defaultLogger } from './logging/default-logger.js';
 import { ensureAppendWeeks } from './postgres/append-weeks.js';
 import { archiveFinishedJobs, type ArchiveOptions, type ArchiveResult } from './postgres/archive.js';
 import { Notifications } from './postgres/listener.js';
@@ -168,11 +168,11 @@ export class Ledger extends LedgerReader {
 
   static override async open(options: LedgerOptions): Promise<Ledger> {
     const caps = checkQueueCaps(options.queues ?? {});
-    const pool = options.pool ?? createPool(options);
+    const log = options.logger ?? (await defaultLogger());
+    const pool = options.pool ?? createPool({ ...options, logger: log });
     try {
       const clock = options.clock ?? Date.now;
       const random = options.random ?? Math.random;
-      const log = options.logger ?? createLogger();
       const outages = outagesOf(pool, log);
       const wanted = options.inlineProjections === undefined ? undefined : options.inlineProjections ? 'inline' : 'async';
       const { mode, distributed } = await waitingForDatabase(

@@ -9,8 +9,8 @@ import { buildProgram } from '../../src/adapters/cli/program.js';
 import { CLI } from '../support/cli.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 
-// A command registers with commander and light modules only, and loads the ledger, pg, pino or
-// fastify in its action: `--help`, `--version` and every command's help load none of them
+// A command registers with commander and light modules only, and loads the ledger, pg or fastify
+// in its action, pino when it first logs a line: `--help`, `--version` and every command's help load none of them
 // (bench/cli-start.bench.ts measures what that saves). Checked on the CLI as shipped, the bundle:
 // each command line runs in a process of its own that notes every file it loads: by require() (the
 // bundle's CommonJS chunks and what they require at run time), from the require cache at exit; by
@@ -99,6 +99,29 @@ describe('jobledger starts light', () => {
     const enqueue = await run([['enqueue', 'work', '--key', 'k']], env);
     const keys = await run([['keys']], env);
     expect([...enqueue.codes, ...keys.codes]).toEqual([0, 0]);
-    expect([...enqueue.packages, ...keys.packages]).toEqual(expect.arrayContaining(['pg', 'pino', 'io-ts', 'fp-ts', 'cli-table3']));
+    expect([...enqueue.packages, ...keys.packages]).toEqual(expect.arrayContaining(['pg', 'io-ts', 'fp-ts', 'cli-table3']));
+    // pino waits for a line to log: at warn, these log none.
+    expect([...enqueue.packages, ...keys.packages]).not.toContain('pino');
+  });
+
+  it('pino is loaded for the first line logged, and the line is written before the process exits', async () => {
+    // A database that refuses the connection: the failure is logged at debug (runCli), then the process exits.
+    const env = { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none', LOG_LEVEL: 'debug' };
+    const { codes, packages } = await run([['keys']], env);
+    expect(codes).toEqual([1]);
+    expect(packages).toContain('pino');
+    const { stderr } = await new Promise<{ stderr: string }>((resolve) =>
+      execFile(process.execPath, [CLI, 'keys'], { env: { ...process.env, ...env } }, (_error, _stdout, stderr) => resolve({ stderr })),
+    );
+    expect(stderr).toContain('error: DATABASE_URL: cannot connect');
+    expect(stderr.split('\n').filter((l) => l.startsWith('{')).map((l) => (JSON.parse(l) as { msg: string }).msg)).toContain('command failed');
+  });
+
+  it('an unknown LOG_LEVEL is refused before the command runs, naming the variable', async () => {
+    const { stderr, code } = await new Promise<{ stderr: string; code: number }>((resolve) =>
+      execFile(process.execPath, [CLI, 'keys'], { env: { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: 'loud' } }, (error, _stdout, stderr) => resolve({ stderr, code: error === null ? 0 : Number(error.code) })),
+    );
+    expect(code).toBe(1);
+    expect(stderr).toBe('error: LOG_LEVEL: unknown level "loud" (one of trace, debug, info, warn, error, fatal, silent)\n');
   });
 });

@@ -1,32 +1,62 @@
-import { silentLogger, type Logger } from '../../domain/ports/logger.js';
+import type { Logger } from '../../domain/ports/logger.js';
 import type { Pool } from 'pg';
 import type { Ledger, LedgerOptions } from '../ledger.js';
 import type { LedgerReader, LedgerReaderOptions } from '../ledger-reader.js';
 
 // What every command gets. Light on purpose: each command file imports it at registration, and
 // `--help` or `--version` must not load the ledger, PostgreSQL's driver or pino; those are
-// imported here when a command first opens the database.
+// imported here when a command first opens the database, and pino when a line is first logged.
 
 export interface CommandContext {
   readonly logger: Logger;
   /** Where progress and notes go (stderr), so stdout stays the command's output. */
   note(line: string): void;
-  /** Run before a command's action (not for help or --version): loads what the logger needs. */
+  /** Run before a command's action (not for help or --version): checks LOG_LEVEL. */
   prepare?(): Promise<void>;
+  /** Resolves once every line logged so far is written (main.ts waits for it before the process exits). */
+  settle?(): Promise<void>;
 }
 
-/** The process's context: its logger (LOG_LEVEL, default warn) is pino, loaded by prepare(). */
+/** pino's levels, least severe first ('silent' logs nothing). */
+const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal'];
+
+type Method = Exclude<keyof Logger, 'child'>;
+
+/**
+ * The process's context. Its logger (LOG_LEVEL, default warn) is pino, loaded when a line at that
+ * level or above is first logged: most command lines log none, and loading pino cost ~12 ms of
+ * each. Lines logged while it loads wait for it, in order; settle() waits for them.
+ */
 export const createContext = (): CommandContext => {
-  let logger: Logger = silentLogger;
+  const level = process.env.LOG_LEVEL ?? 'warn';
+  const enabled = (method: Method): boolean => LEVELS.includes(level) && LEVELS.indexOf(method) >= LEVELS.indexOf(level);
+  let pino: Logger | undefined;
+  let loading: Promise<void> | undefined;
+  const waiting: (() => void)[] = [];
+  const deferred = (bindings: readonly Record<string, unknown>[]): Logger => {
+    let resolved: Logger | undefined;
+    const target = (): Logger => (resolved ??= bindings.reduce<Logger>((l, b) => l.child(b), pino!));
+    const log =
+      (method: Method) =>
+      (...args: unknown[]): void => {
+        if (!enabled(method)) return;
+        const write = () => (target()[method] as (...a: unknown[]) => void)(...args);
+        if (pino !== undefined) return write();
+        waiting.push(write);
+        loading ??= import('../logging/logger.js').then(({ createLogger }) => {
+          pino = createLogger({ level });
+          for (const w of waiting.splice(0)) w();
+        });
+      };
+    return { child: (b) => deferred([...bindings, b]), error: log('error'), warn: log('warn'), info: log('info'), debug: log('debug'), trace: log('trace') };
+  };
   return {
-    get logger() {
-      return logger;
-    },
+    logger: deferred([]),
     note: (line) => process.stderr.write(`${line}\n`),
     prepare: async () => {
-      const { createLogger } = await import('../logging/logger.js');
-      logger = createLogger({ level: process.env.LOG_LEVEL ?? 'warn' });
+      if (level !== 'silent' && !LEVELS.includes(level)) throw new Error(`LOG_LEVEL: unknown level ${JSON.stringify(level)} (one of ${[...LEVELS, 'silent'].join(', ')})`);
     },
+    settle: () => loading ?? Promise.resolve(),
   };
 };
 

@@ -13,7 +13,9 @@ const version = (JSON.parse(readFileSync(packageJson!, 'utf8')) as { version: st
 // done, worker and serve included (they return after their shutdown): the process exits then,
 // once stdout and stderr are flushed, so that nothing an error path left open (a pool's idle
 // connection, a heartbeat timer) keeps a refused command running (issue 21).
-void runCli(createContext(), version, process.argv).then((code) => {
+const ctx = createContext();
+void runCli(ctx, version, process.argv).then(async (code) => {
+  await ctx.settle?.().catch(() => undefined);
   process.exitCode = code;
   process.stdout.write('', () => process.stderr.write('', () => process.exit()));
 });
