@@ -253,7 +253,9 @@ describe('the jobs', () => {
     expect(await same((b) => deadJobsOf(b.pool, 'w'))).toEqual(['dead-1']);
     expect(await same((b) => jobStreamOf(b.pool, 'c1'))).toBe('job:c1');
     expect(await same((b) => jobStreamOf(b.pool, 'g2'))).toBe(keyStream('tenant/b'));
-    await same((b) => b.ledger.explain({ jobId: 'g2' }));
+    // api's line read from the read models (limitLine), routed to its shard: g2 waits behind g1's slot.
+    const explained = await same((b) => b.ledger.explain({ jobId: 'g2' }));
+    expect(explained.limits[1]).toMatchObject({ key: 'api', holding: 1, place: { n: 1, of: 1 }, holders: [{ jobId: 'g1', home: 'tenant/a' }] });
     await same((b) => b.ledger.jobHistory({ jobId: 'g2' }));
     await same((b) => b.ledger.audit({ key: 'api' }));
   });
