@@ -1,6 +1,6 @@
 import { auditKeyOf } from './audit.js';
 import type { KeyEvent } from './events.js';
-import { holders, lineAfter, type KeyState, type Lease, type Pause } from './key-state.js';
+import { holders, placeInLine, type KeyState, type Lease, type Pause } from './key-state.js';
 
 // "Why is this job waiting?": the answer from the states of the job's streams (its home and its
 // limit keys, folded up to a moment) and the job's own events there. Pure: the caller loads both
@@ -54,15 +54,14 @@ export interface LimitLine {
 
 /** A key's line as an explanation of `jobId` shows it, from the key's state. */
 export const lineOf = ({ stream, state, startedAt }: ExplainStream, jobId: string): LimitLine => {
-  const line = lineAfter(state, Infinity);
-  const at = line.indexOf(jobId);
+  const inLine = placeInLine(state, jobId, AHEAD_SHOWN);
   return {
     stream,
     limit: state.limit,
     holding: state.holding,
     paused: state.paused,
-    place: at < 0 ? null : { n: at + 1, of: line.length },
-    ahead: at < 0 ? [] : line.slice(0, Math.min(at, AHEAD_SHOWN)),
+    place: inLine?.place ?? null,
+    ahead: inLine?.ahead ?? [],
     holders: holders(state).map((h) => ({ jobId: h.jobId, home: h.home, lease: h.lease! })),
     startedAt,
   };
