@@ -49,6 +49,12 @@ export interface Serve {
   readonly pid: number;
   /** Resident set samples (MB), one a second since it listened, each with the phase it was taken in. */
   readonly rss: { readonly phase: string; readonly mb: number }[];
+  /**
+   * The live heap (MB) after each full collection (V8's Mark-Compact, from node --trace-gc on its
+   * stdout), with its phase: what the process holds, where its resident set also counts what V8
+   * and the allocator keep for later.
+   */
+  readonly heap: { readonly phase: string; readonly mb: number }[];
   /** The phase the next RSS samples are taken in. */
   phase: string;
   /** What it wrote on stderr (the last 4 KB). */
@@ -63,9 +69,21 @@ export const startServe = (databaseUrl: string, { profileDir }: { readonly profi
   new Promise((resolve, reject) => {
     // With profileDir, serve writes a V8 CPU profile there when it stops (node --cpu-prof).
     const profile = profileDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`];
-    const child: ChildProcess = spawn(process.execPath, [...profile, CLI, 'serve', '--port', '0'], {
+    const child: ChildProcess = spawn(process.execPath, [...profile, '--trace-gc', CLI, 'serve', '--port', '0'], {
       env: { ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' },
-      stdio: ['ignore', 'ignore', 'pipe'],
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const heap: Serve['heap'] = [];
+    let gcLines = '';
+    let phase = () => 'idle';
+    // "… Mark-Compact 35.8 (56.5) -> 15.1 (23.6) MB, …": the size after the collection.
+    child.stdout!.on('data', (chunk: Buffer) => {
+      const lines = (gcLines + chunk.toString()).split('\n');
+      gcLines = lines.pop()!;
+      for (const line of lines) {
+        const after = /Mark-Compact(?: \(reduce\))? [\d.]+ \([\d.]+\) -> ([\d.]+) \(/.exec(line)?.[1];
+        if (after !== undefined) heap.push({ phase: phase(), mb: Number(after) });
+      }
     });
     let stderr = '';
     let exit: string | undefined;
@@ -80,6 +98,7 @@ export const startServe = (databaseUrl: string, { profileDir }: { readonly profi
         url: listening[1]!,
         pid: child.pid!,
         rss: [],
+        heap,
         phase: 'idle',
         stderr: () => stderr,
         exited: () => exit,
@@ -94,6 +113,7 @@ export const startServe = (databaseUrl: string, { profileDir }: { readonly profi
           clearTimeout(killer);
         },
       };
+      phase = () => serve.phase;
       sampler = setInterval(() => {
         const mb = rssMb(serve.pid);
         if (mb !== undefined) serve.rss.push({ phase: serve.phase, mb });

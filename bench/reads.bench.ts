@@ -24,7 +24,8 @@
 //    whose key view reads the audit inside /api/keys/detail). Every read is timed to its body's
 //    last byte; one not answered within --timeout-s is a timeout (the page has none: it would
 //    wait, and serve goes on with a read timed out here). The sweeper's tick lag comes from
-//    serve's /metrics, scraped before and after; serve's resident set from /proc every second.
+//    serve's /metrics, scraped before and after; serve's resident set from /proc every second, and
+//    its live heap after each full collection (node --trace-gc).
 // 3. serve stopped (what it still runs in PostgreSQL cancelled), each CLI read --cli-runs times,
 //    from spawn to exit. `retry --key K --dead` on keys with no dead job reads what a retry reads
 //    and writes nothing.
@@ -482,7 +483,12 @@ const rssLines = (serve: Serve, goals: Goal[]): string => {
     ok: polling.length > 0 && max < GOALS.rssMb && last <= first * 1.1,
     detail: `max ${max.toFixed(0)} MB; under the pollers, first tenth's median ${first.toFixed(0)} MB, last tenth's ${last.toFixed(0)} MB`,
   });
-  return table(['serve RSS (MB), phase', 'samples', 'min', 'median', 'max', 'first → last'], rows);
+  const heap = serve.heap.filter((h) => h.phase === 'polling').map((h) => h.mb);
+  const heapLine =
+    heap.length === 0
+      ? 'no full collection while the pollers ran'
+      : `live heap after each full collection while the pollers ran (node --trace-gc): ${heap.length} collections, first ${heap[0]!.toFixed(1)} MB, last ${heap.at(-1)!.toFixed(1)} MB, largest ${Math.max(...heap).toFixed(1)} MB`;
+  return `${table(['serve RSS (MB), phase', 'samples', 'min', 'median', 'max', 'first → last'], rows)}\n${heapLine}`;
 };
 
 // ---- the run ----------------------------------------------------------------------------------
