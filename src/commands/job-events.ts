@@ -225,8 +225,9 @@ export type StreamLoad = (stream: string) => Promise<{ readonly state: KeyState;
 
 /**
  * A limit key's line as its read models hold it now, for an explanation of `jobId`, without its
- * state (LimitLine; its startedAt is left empty: readJobStreamsNow finds the starts); undefined
- * when they cannot say (they lag the ledger, or the key is unknown there): the key is loaded then.
+ * state (LimitLine, but for startedAt: readJobStreamsNow finds the starts). Given only where the
+ * read models are written with the ledger (inline projections); undefined for a key they do not
+ * hold or hold back (a quarantine): the key's state is loaded then.
  */
 export type LineRead = (stream: string, jobId: string) => Promise<Omit<LimitLine, 'startedAt'> | undefined>;
 
