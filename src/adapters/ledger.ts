@@ -22,7 +22,6 @@ import { ledgerProjections, type LedgerProjection } from '../projections/ledger-
 import { AsyncProjectionRunner } from '../projections/runner.js';
 import { PostgresEventStore } from './eventstore/postgres/postgres-event-store.js';
 import { LedgerReader, createPool, type LedgerReaderOptions } from './ledger-reader.js';
-import { limitLine } from './postgres/queries/limit-line.js';
 import { defaultLogger } from './logging/default-logger.js';
 import { ensureAppendWeeks } from './postgres/append-weeks.js';
 import { archiveFinishedJobs, type ArchiveOptions, type ArchiveResult } from './postgres/archive.js';
@@ -34,6 +33,7 @@ import { DistributedAsyncError, isDistributed } from './postgres/distribution.js
 import { projectionMode, type ProjectionMode } from './postgres/projection-mode.js';
 import { jobStreamOf } from './postgres/queries/job-stream.js';
 import { deadJobsOf } from './postgres/queries/dead-jobs.js';
+import { limitLine } from './postgres/queries/limit-line.js';
 import { JobQueue } from './queue/job-queue.js';
 import { inputFor, isJobDefinition, type JobDefinition, type JobOverrides } from './worker/define-job.js';
 import { Sweeper } from './worker/sweeper.js';

@@ -5,6 +5,7 @@ import { decodeRecorded } from '../../src/domain/recorded.js';
 import { KEY_STREAM_PREFIX, keyStream, queueCapKey } from '../../src/domain/streams.js';
 import { limitLine } from '../../src/adapters/postgres/queries/limit-line.js';
 import { lineOf, type LimitLine } from '../../src/domain/explain.js';
+import { shownLine } from '../support/limit-line.js';
 import { createReadModelProjections } from '../../src/projections/read-models.js';
 import { verify } from '../../src/projections/verify.js';
 
@@ -296,9 +297,7 @@ const LINE_JOBS = 20;
 
 const lines = async (pool: pg.Pool, ledger: readonly Recorded[]): Promise<Violation[]> => {
   const out: Violation[] = [];
-  const holderList = (l: Omit<LimitLine, 'startedAt'>) =>
-    l.holders.map((h) => `${h.jobId}/${h.home ?? ''}/${h.lease.leaseId}/${h.lease.acquiredAt}/${h.lease.expiresAt}/${h.lease.workerId}`).sort();
-  const shown = (l: Omit<LimitLine, 'startedAt'>) => JSON.stringify({ limit: l.limit, holding: l.holding, paused: l.paused ?? null, place: l.place, ahead: l.ahead, holders: holderList(l) });
+  const shown = (l: Omit<LimitLine, 'startedAt'>) => JSON.stringify(shownLine(l));
   for (const [stream, state] of statesOf(ledger)) {
     if (!stream.startsWith(KEY_STREAM_PREFIX)) continue;
     // Its parked jobs, and one that is not in its line.

@@ -1,10 +1,11 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { limitLine } from '../../../src/adapters/postgres/queries/limit-line.js';
-import { lineOf, type LimitLine } from '../../../src/domain/explain.js';
+import { lineOf } from '../../../src/domain/explain.js';
 import { holders } from '../../../src/domain/key-state.js';
 import { keyStream } from '../../../src/domain/streams.js';
 import { SEC, T0, openScriptedLedger, type ScriptedLedger } from '../../support/ledger.js';
+import { shownLine } from '../../support/limit-line.js';
 
 // An explanation of now reads a limit key's line from the read models (limitLine) instead of
 // loading the key's state: both must give the same figures, pause, holders, and each job's place
@@ -26,17 +27,6 @@ const step: fc.Arbitrary<Step> = fc.oneof(
   { weight: 3, arbitrary: fc.record({ kind: fc.constantFrom('start' as const, 'complete' as const, 'fail' as const, 'release' as const), key: fc.nat(9), pick: fc.nat(9) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constantFrom('pause' as const, 'resume' as const), key: fc.nat(9) }) },
 );
-
-const shown = (l: Omit<LimitLine, 'startedAt'>) => ({
-  limit: l.limit,
-  holding: l.holding,
-  paused: l.paused ?? null,
-  place: l.place,
-  ahead: l.ahead,
-  holders: l.holders
-    .map(({ jobId, home, lease: { leaseId, acquiredAt, expiresAt, workerId } }) => ({ jobId, home: home ?? null, leaseId, acquiredAt, expiresAt, workerId }))
-    .sort((p, q) => (p.jobId < q.jobId ? -1 : 1)),
-});
 
 let s: ScriptedLedger;
 beforeAll(async () => {
@@ -99,7 +89,7 @@ describe("a limit key's line from the read models", () => {
           for (const jobId of [...parked, 'in-no-line']) {
             const read = await limitLine(s.db.pool, stream, jobId);
             expect(read, `${jobId} on ${key}`).toBeDefined();
-            expect(shown(read!), `${jobId} on ${key}`).toEqual(shown(lineOf({ stream, state, startedAt: new Map() }, jobId)));
+            expect(shownLine(read!), `${jobId} on ${key}`).toEqual(shownLine(lineOf({ stream, state, startedAt: new Map() }, jobId)));
           }
         }
       }),
@@ -116,7 +106,7 @@ describe("a limit key's line from the read models", () => {
     await s.ledger.drain();
     const { state } = await s.ledger.keyState('hx');
     const read = await limitLine(s.db.pool, keyStream('hx'), 'h1');
-    expect(shown(read!)).toEqual(shown(lineOf({ stream: keyStream('hx'), state, startedAt: new Map() }, 'h1')));
+    expect(shownLine(read!)).toEqual(shownLine(lineOf({ stream: keyStream('hx'), state, startedAt: new Map() }, 'h1')));
     expect(read!.holders).toEqual([{ jobId: 'hx0', lease: expect.objectContaining({ workerId: 'w7', expiresAt: expect.any(Number) }) }]);
     expect(read!.place).toEqual({ n: 1, of: 1 });
   });
