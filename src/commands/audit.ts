@@ -1,13 +1,14 @@
 import { auditKeyOf, describeEvents, handoffsOf, renewalsInWords, type Handoff, type RevisionedEvent } from '../domain/audit.js';
 import { UnknownJobError, UnknownKeyError } from '../domain/errors.js';
 import * as t from 'io-ts';
-import type { EventStore, RecordedEvent, StreamRevision } from '../domain/ports/event-store.js';
+import type { RecordedEvent } from '../domain/ports/event-store.js';
 import type { JobStreamLookup } from '../domain/ports/job-streams.js';
 import { keyStream } from '../domain/streams.js';
 import { Key, NonEmptyString, ValidationError, checkField, refine } from '../domain/values.js';
 import { decodeRecorded } from '../domain/recorded.js';
 import { AUDIT_PAGE, MAX_AUDIT_PAGE } from './audit-page.js';
 import { eachPage, foldRenewals, foldedJobEvents, jobEventsOf, limitsOf, type FoldedJobEvent } from './job-events.js';
+import { keyHead, type KeyHeadDeps } from './key-head.js';
 import type { ReadBudget } from './read-budget.js';
 
 /**
@@ -47,11 +48,8 @@ export interface Audit {
   readonly page?: AuditPage;
 }
 
-export interface AuditDeps {
-  readonly store: EventStore;
+export interface AuditDeps extends KeyHeadDeps {
   readonly jobStream: JobStreamLookup;
-  /** A stream's state now (its latest snapshot and what follows): the audit reads its head revision there, when the store cannot tell it (keyStreamHead). */
-  readonly load: (stream: string) => Promise<{ readonly revision: StreamRevision | 'no_stream' }>;
   readonly budget?: ReadBudget;
 }
 
@@ -177,7 +175,7 @@ const PageSize = refine(t.number, 'PageSize', (n) => Number.isSafeInteger(n) && 
  */
 const auditPage = async (deps: AuditDeps, key: string, before: number | undefined, limit: number): Promise<Audit> => {
   const stream = keyStream(key);
-  const head = deps.store.keyStreamHead !== undefined ? await deps.store.keyStreamHead(stream) : (await deps.load(stream)).revision;
+  const head = await keyHead(deps, stream);
   if (head === 'no_stream') throw new UnknownKeyError(key);
   const to = Math.min(before ?? head + 1, head + 1) - 1;
   const from = Math.max(0, to + 1 - limit);

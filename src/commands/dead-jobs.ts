@@ -9,6 +9,7 @@ import type { JobStreamLookup } from '../domain/ports/job-streams.js';
 import { keyStream } from '../domain/streams.js';
 import { Actor, JobId, Key, ValidationError, checkField } from '../domain/values.js';
 import { readJobsOfStream } from './job-events.js';
+import { keyHead } from './key-head.js';
 import type { CommandResult, KeyCommand, Loaded } from './key-command.js';
 
 // The operator's actions on dead jobs: retry (the job runs again, with a fresh set of attempts)
@@ -42,7 +43,7 @@ const targets = async (deps: DeadJobDeps, input: DeadJobsInput): Promise<readonl
     return [...new Set(ids)];
   }
   const k = checkField('key', Key, key);
-  if ((await deps.load(keyStream(k))).revision === 'no_stream') throw new UnknownKeyError(k);
+  if ((await keyHead(deps, keyStream(k))) === 'no_stream') throw new UnknownKeyError(k);
   return deps.deadJobsOf(k);
 };
 

