@@ -80,6 +80,34 @@ export const eventsOfRow = (row: LedgerRow, from = 0): RecordedEvent[] => {
   return out;
 };
 
+/** One event of a ledger row, read as a row of its own (the event store's READ_JOB_EVENTS_SQL). */
+export interface EventRow {
+  readonly position: string;
+  readonly transaction_id_text: string;
+  readonly stream: string;
+  /** The event's own revision. */
+  readonly revision: string;
+  /** Its index in its ledger row (from 0): its position's last part. */
+  readonly index: number;
+  readonly type: string;
+  readonly id: string;
+  readonly data: JsonObject;
+  readonly metadata: JsonObject;
+  readonly created: Date;
+}
+
+/** The event an EventRow is: as eventsOfRow would give it from its whole ledger row. */
+export const eventOfRow = (row: EventRow): RecordedEvent => ({
+  stream: row.stream,
+  revision: Number(row.revision),
+  position: { commit: BigInt(row.transaction_id_text), prepare: eventPrepare(BigInt(row.position), row.index) },
+  type: row.type,
+  data: row.data,
+  metadata: row.metadata,
+  eventId: row.id,
+  created: row.created,
+});
+
 /** Every event of the rows (in their order) at positions after `after`. */
 export const eventsAfter = (rows: readonly LedgerRow[], after: GlobalPosition): RecordedEvent[] => {
   const out: RecordedEvent[] = [];

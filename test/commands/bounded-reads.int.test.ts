@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { READ_JOB_ROWS_SQL } from '../../src/adapters/eventstore/postgres/event-rows.js';
+import { READ_JOB_EVENTS_SQL } from '../../src/adapters/eventstore/postgres/event-rows.js';
 import { PostgresEventStore } from '../../src/adapters/eventstore/postgres/postgres-event-store.js';
 import { jobStreamOf } from '../../src/adapters/postgres/queries/job-stream.js';
 import { limitLine } from '../../src/adapters/postgres/queries/limit-line.js';
@@ -63,7 +63,7 @@ describe('reads on a key with 3,000 parked jobs and 50,000 events', () => {
   it("a job's rows on a key are found by the index on job ids, not by reading the key (appends_job_ids)", async () => {
     // As autovacuum would: the pending list of the GIN index merged, and the statistics fresh.
     await s.db.pool.query('VACUUM ANALYZE appends');
-    const plan = (await s.db.pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${READ_JOB_ROWS_SQL.replace('$1::text[]', "'{p1}'::text[]").replace('$2::text[]', "'{key:big}'::text[]").replace('$3::text[]', "'{}'::text[]")}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+    const plan = (await s.db.pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${READ_JOB_EVENTS_SQL.replaceAll('$1::text[]', "'{p1}'::text[]").replaceAll('$2::text[]', "'{key:big}'::text[]").replaceAll('$3::text[]', "'{}'::text[]")}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
     // The week that holds the rows is read by its index (an empty week may be scanned: it has no rows).
     expect(plan).toMatch(/Bitmap Index Scan on appends_w\d+_jl_job_ids_idx/);
   });

@@ -21,9 +21,9 @@ import { HANDED_OFF_SQL } from '../../../projections/dispatcher.js';
 import type { Projection } from '../../../projections/projection.js';
 import { Notifications } from '../../postgres/listener.js';
 import { PollingSubscription } from './polling-subscription.js';
-import { eventsAfter, type LedgerRow } from '../../../projections/ledger-rows.js';
+import { eventOfRow, eventsAfter, type EventRow, type LedgerRow } from '../../../projections/ledger-rows.js';
 import { isJobStream } from './stream-sql.js';
-import { EVENTS_CHANNEL, READ_JOB_RENEWALS_SQL, READ_JOB_ROWS_SQL, READ_JOB_STREAM_ROWS_SQL, READ_STREAMS_SQL, READ_STREAM_SQL, afterParameters, eventsFrom, readAllSql } from './event-rows.js';
+import { EVENTS_CHANNEL, READ_JOB_EVENTS_SQL, READ_JOB_RENEWALS_SQL, READ_JOB_STREAM_ROWS_SQL, READ_STREAMS_SQL, READ_STREAM_SQL, afterParameters, eventsFrom, readAllSql } from './event-rows.js';
 import { ShardMap } from './shard-map.js';
 import { PgWriteTransaction } from './write-transaction.js';
 
@@ -162,10 +162,9 @@ export class PostgresEventStore implements EventStore, LedgerStore {
     const jobStreams = streams.filter(isJobStream);
     // A job stream is its job's alone: read by its primary key, whole but for the types left out.
     const own = jobStreams.length === 0 ? [] : (await this.pool.query<LedgerRow>(READ_JOB_STREAM_ROWS_SQL, [jobStreams, except])).rows;
-    const rows = keyed.length === 0 || jobIds.length === 0 ? [] : (await this.pool.query<LedgerRow>(READ_JOB_ROWS_SQL, [jobIds, keyed, except])).rows;
-    const wanted = new Set(jobIds);
+    const named = keyed.length === 0 || jobIds.length === 0 ? [] : (await this.pool.query<EventRow>(READ_JOB_EVENTS_SQL, [jobIds, keyed, except])).rows;
     const left = new Set(except);
-    return [...eventsFrom(own, 0), ...eventsFrom(rows, 0).filter((e) => wanted.has((e.data as { jobId?: string }).jobId ?? ''))].filter((e) => !left.has(e.type));
+    return [...eventsFrom(own, 0).filter((e) => !left.has(e.type)), ...named.map(eventOfRow)];
   }
 
   async readJobRenewals(jobId: string, streams: readonly string[]): Promise<RenewalRun[]> {
