@@ -30,8 +30,8 @@ export const cellLines = (cell: unknown): string[] => (cell === null || cell ===
  * compact style, which the CLI drew with it before, character for character
  * (test/cli/table.unit.test.ts compares the two on generated cells): drawn here because
  * cli-table3 merges its options into every cell and lays out spans the CLI never uses, 55 ms for
- * 50 rows of 10 columns in a command line's cold process, against ~1 ms here (string-width's
- * loading ~4). Every row has head.length cells.
+ * 50 rows of 10 columns in a command line's cold process, against ~3 ms here (and ~4 to load
+ * string-width). Every row has head.length cells.
  */
 export const table = (head: readonly string[], rows: readonly (readonly unknown[])[]): string => {
   const width = require('string-width') as typeof StringWidth;
