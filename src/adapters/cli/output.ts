@@ -35,7 +35,7 @@ export const cellLines = (cell: unknown): string[] => (cell === null || cell ===
  */
 export const table = (head: readonly string[], rows: readonly (readonly unknown[])[]): string => {
   const width = require('string-width') as typeof StringWidth;
-  const grid = [head, ...rows].map((row) => row.map((cell) => cellLines(cell)));
+  const grid = [head, ...rows].map((row) => row.map(cellLines));
   const widths = head.map((_, c) => Math.max(...grid.map((row) => Math.max(...row[c]!.map(width)))));
   const rule = (left: string, middle: string, right: string) => left + widths.map((w) => '─'.repeat(w + 2)).join(middle) + right;
   const lines = (row: string[][]) =>

@@ -26,7 +26,7 @@ CROSS JOIN LATERAL (SELECT * FROM ledger_appends a WHERE ${fromRevision('w.strea
 ORDER BY a.stream, a.revision`;
 
 // $1 job ids, $2 key streams, $3 event types left out: the events of those streams that name any
-// of the jobs (their data's jobId) and are of another type, one per result row (JobEventRow). The
+// of the jobs (their data's jobId) and are of another type, one per result row (EventRow, ledger-rows.ts). The
 // rows holding them are found by appends_job_ids and appends_archive_job_ids (migration 18), whose
 // expression and predicate this repeats; their events are picked out here, in the database: a row
 // is one append, and an enqueue of 1,000 jobs is one row of 2,000 events (~290 KB on bench:reads),
