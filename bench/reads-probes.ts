@@ -55,6 +55,12 @@ export interface Serve {
    * and the allocator keep for later.
    */
   readonly heap: { readonly phase: string; readonly mb: number }[];
+  /**
+   * V8's committed heap (MB) after each collection of either kind (the figure in parentheses of
+   * node --trace-gc), with its phase: the part of the resident set that V8 sizes, its young
+   * generation included, which it grows under a high allocation rate and gives back when idle.
+   */
+  readonly committed: { readonly phase: string; readonly mb: number }[];
   /** The phase the next RSS samples are taken in. */
   phase: string;
   /** What it wrote on stderr (the last 4 KB). */
@@ -74,15 +80,19 @@ export const startServe = (databaseUrl: string, { profileDir }: { readonly profi
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     const heap: Serve['heap'] = [];
+    const committed: Serve['committed'] = [];
     let gcLines = '';
     let phase = () => 'idle';
-    // "… Mark-Compact 35.8 (56.5) -> 15.1 (23.6) MB, …": the size after the collection.
+    // "… Mark-Compact 35.8 (56.5) -> 15.1 (23.6) MB, …" or "… Scavenge 30.1 (52.3) -> 22.0 (53.1) MB, …":
+    // the heap used (committed) after the collection.
     child.stdout!.on('data', (chunk: Buffer) => {
       const lines = (gcLines + chunk.toString()).split('\n');
       gcLines = lines.pop()!;
       for (const line of lines) {
-        const after = /Mark-Compact(?: \(reduce\))? [\d.]+ \([\d.]+\) -> ([\d.]+) \(/.exec(line)?.[1];
-        if (after !== undefined) heap.push({ phase: phase(), mb: Number(after) });
+        const gc = /(Scavenge|Mark-Compact)[^\d]* [\d.]+ \([\d.]+\) -> ([\d.]+) \(([\d.]+)\) MB/.exec(line);
+        if (gc === null) continue;
+        if (gc[1] === 'Mark-Compact') heap.push({ phase: phase(), mb: Number(gc[2]) });
+        committed.push({ phase: phase(), mb: Number(gc[3]) });
       }
     });
     let stderr = '';
@@ -99,6 +109,7 @@ export const startServe = (databaseUrl: string, { profileDir }: { readonly profi
         pid: child.pid!,
         rss: [],
         heap,
+        committed,
         phase: 'idle',
         stderr: () => stderr,
         exited: () => exit,
