@@ -23,8 +23,8 @@
 //    times, the job at the back of the capped queue, or a key's audit (not polled by the page,
 //    whose key view reads the audit inside /api/keys/detail). Every read is timed to its body's
 //    last byte; one not answered within --timeout-s is a timeout (the page has none: it would
-//    wait, and serve goes on with a read timed out here). The sweeper's tick lag comes from
-//    serve's /metrics, scraped before and after; serve's resident set from /proc every second, its
+//    wait, and serve goes on with a read timed out here). The sweeper's tick lag and how long
+//    serve's event loop was held come from its /metrics, scraped before and after; its resident set from /proc every second, its
 //    live heap after each full collection and its committed heap after every collection (node
 //    --trace-gc).
 // 3. serve stopped (what it still runs in PostgreSQL cancelled), each CLI read --cli-runs times,
@@ -310,6 +310,8 @@ interface TickLag {
   readonly sumS: number;
   readonly withinGoal: number;
   readonly maxS: number;
+  /** How long serve's event loop was held since the previous scrape, at most and at p99 (undefined: not in /metrics). */
+  readonly loop?: { readonly maxS: number; readonly p99S: number };
 }
 
 /** The sweeper's figures from serve's /metrics: five tries of a minute, since serve may still be folding streams for reads nobody waits for. */
@@ -322,7 +324,8 @@ const scrapeTickLag = async (serve: Serve): Promise<TickLag | string> => {
       const text = await response.text();
       const [ticks, sumS, withinGoal, maxS] = [series(text, `${lag}_count`), series(text, `${lag}_sum`), series(text, `${lag}_bucket`, { le: String(GOALS.tickLagS) }), series(text, 'jobledger_sweeper_tick_lag_max_seconds')];
       if (ticks === undefined || sumS === undefined || withinGoal === undefined || maxS === undefined) return `no ${lag} in /metrics (status ${response.status})`;
-      return { ticks, sumS, withinGoal, maxS };
+      const [loopMaxS, loopP99S] = [series(text, 'jobledger_event_loop_delay_max_seconds'), series(text, 'jobledger_event_loop_delay_p99_seconds')];
+      return { ticks, sumS, withinGoal, maxS, ...(loopMaxS === undefined || loopP99S === undefined ? {} : { loop: { maxS: loopMaxS, p99S: loopP99S } }) };
     } catch (error) {
       failure = `/metrics, ${tries + 1} tries: ${String(error)}`;
     }
@@ -462,7 +465,11 @@ const tickLagLines = (before: TickLag | string, after: TickLag | string, polling
   goals.push({ goal: `sweeper tick never late by more than ${GOALS.tickLagS} s`, ok: after.maxS <= GOALS.tickLagS, detail: `latest ${after.maxS.toFixed(3)} s` });
   return (
     `sweeper (serve's, every 1 s), while the pollers ran (${pollingS.toFixed(0)} s) and until /metrics answered after them: ${ticks} ticks (about ${pollingS.toFixed(0)} if each took no time: fewer, the ticks themselves were slow, which the lag does not count), ${late} of them started more than ${GOALS.tickLagS} s late, ` +
-    `mean lag ${ticks === 0 ? '–' : `${(((after.sumS - before.sumS) / ticks) * 1000).toFixed(1)} ms`}; the latest tick since serve started: ${after.maxS.toFixed(3)} s late`
+    `mean lag ${ticks === 0 ? '–' : `${(((after.sumS - before.sumS) / ticks) * 1000).toFixed(1)} ms`}; the latest tick since serve started: ${after.maxS.toFixed(3)} s late\n\n` +
+    // The scrape before the pollers reset serve's event loop figures: these are the pollers'.
+    (after.loop === undefined
+      ? "serve's event loop: no jobledger_event_loop_delay_* in /metrics"
+      : `serve's event loop (sampled every 10 ms), while the pollers ran: held at most ${(after.loop.maxS * 1000).toFixed(1)} ms at a time, its holds' p99 ${(after.loop.p99S * 1000).toFixed(1)} ms`)
   );
 };
 

@@ -13,7 +13,7 @@ import { startTestServer, type TestServer } from './support.js';
 const sample = (text: string, name: string, labels: Record<string, string> = {}): number | undefined => {
   const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
   for (const line of text.split('\n')) {
-    const m = /^([a-z_]+)(?:\{([^}]*)\})? (\S+)$/.exec(line);
+    const m = /^([a-z_0-9]+)(?:\{([^}]*)\})? (\S+)$/.exec(line);
     if (!m || m[1] !== name) continue;
     const have = m[2] ? m[2].split(',') : [];
     if (wanted.every((w) => have.includes(w)) && have.length === wanted.length) return Number(m[3]);
@@ -124,7 +124,7 @@ describe('GET /metrics, async projections', () => {
   });
 });
 
-describe('GET /metrics, the sweeper\'s tick lag', () => {
+describe("GET /metrics, this process's own figures", () => {
   let s: TestServer;
   beforeAll(async () => {
     s = await startTestServer({ sweepIntervalMs: 50 });
@@ -156,5 +156,23 @@ describe('GET /metrics, the sweeper\'s tick lag', () => {
     expect(ticks).toBeGreaterThanOrEqual(2);
     expect(sample(text, `${LAG}_bucket`, { le: '0.1' })).toBeLessThan(ticks);
     expect(sample(text, `${LAG}_bucket`, { le: '+Inf' })).toBe(ticks);
+  });
+
+  const LOOP_MAX = 'jobledger_event_loop_delay_max_seconds';
+  const LOOP_P99 = 'jobledger_event_loop_delay_p99_seconds';
+
+  it('shows how long the event loop was held since the previous scrape: a 200 ms block in the max, gone at the scrape after', async () => {
+    const first = await scrape(s);
+    expect(first).toContain(`# TYPE ${LOOP_MAX} gauge`);
+    const end = performance.now() + 200;
+    while (performance.now() < end);
+    await sleep(30);
+    const blocked = await scrape(s);
+    expect(sample(blocked, LOOP_MAX)).toBeGreaterThanOrEqual(0.18);
+    expect(sample(blocked, LOOP_MAX)).toBeLessThan(5);
+    expect(sample(blocked, LOOP_P99)).toBeLessThanOrEqual(sample(blocked, LOOP_MAX)!);
+    await sleep(50);
+    const after = await scrape(s);
+    expect(sample(after, LOOP_MAX)).toBeLessThan(0.18);
   });
 });

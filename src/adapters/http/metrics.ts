@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { Gauge, Histogram, Registry } from 'prom-client';
 import type { Ledger } from '../ledger.js';
+import { watchEventLoop } from './event-loop-holds.js';
 import { HOLDER_STATES } from '../postgres/queries/holder-state.js';
 import { TOP_KEYS, type LedgerMetrics } from '../postgres/queries/ledger-metrics.js';
 import { JobStatus } from '../postgres/queries/list-jobs.js';
@@ -11,6 +12,9 @@ import type { QueueRow } from '../postgres/queries/queues.js';
 // queues; and the sweeper's tick lag, observed as it ticks. Bounded: no series per key, only totals,
 // per queue and per state figures, and the TOP_KEYS keys of two rankings (a key drops out of them
 // as soon as it ranks lower).
+
+/** How often the event loop is sampled (ms) for jobledger_event_loop_delay_*: prom-client's default for its own figure. */
+const EVENT_LOOP_SAMPLE_MS = 10;
 
 type Figures = LedgerMetrics & { readonly queueMetrics: readonly QueueRow[] };
 
@@ -99,6 +103,22 @@ export const registerMetrics = (app: FastifyInstance, ledger: Ledger): void => {
     tickLag.observe(seconds);
     if (seconds > lagMaxSeconds) tickLagMax.set((lagMaxSeconds = seconds));
   });
+  // How long this process's event loop was held (event-loop-holds.ts): a request or a tick that
+  // runs that long keeps every other request and the sweeper waiting. Taken at each scrape: the
+  // figures are since the previous one.
+  const loop = watchEventLoop(EVENT_LOOP_SAMPLE_MS);
+  app.addHook('onClose', async () => loop.stop());
+  const delayMax = new Gauge({
+    name: 'jobledger_event_loop_delay_max_seconds',
+    help: `The longest this process's event loop was held since the previous scrape (sampled every ${EVENT_LOOP_SAMPLE_MS} ms): no request was answered and no sweeper tick ran meanwhile.`,
+    registers: [registry],
+  });
+  const delayP99 = new Gauge({ name: 'jobledger_event_loop_delay_p99_seconds', help: "The 99th percentile of the event loop's holds since the previous scrape (see jobledger_event_loop_delay_max_seconds).", registers: [registry] });
+  const observeDelay = () => {
+    const { maxS, p99S } = loop.take();
+    delayMax.set(maxS);
+    delayP99.set(p99S);
+  };
   const read = async (): Promise<Figures> => {
     const async = ledger.projectionMode === 'async' ? projections : [];
     const [figures, queueMetrics] = await Promise.all([ledger.metrics(async), ledger.queues()]);
@@ -113,6 +133,7 @@ export const registerMetrics = (app: FastifyInstance, ledger: Ledger): void => {
     const scrape = turn.then(async () => {
       const figures = await read();
       for (const set of setters) set(figures);
+      observeDelay();
       return registry.metrics();
     });
     turn = scrape.catch(() => undefined);
