@@ -24,9 +24,9 @@
 //    whose key view reads the audit inside /api/keys/detail). Every read is timed to its body's
 //    last byte; one not answered within --timeout-s is a timeout (the page has none: it would
 //    wait, and serve goes on with a read timed out here). The sweeper's tick lag and how long
-//    serve's event loop was held come from its /metrics, scraped before and after; its resident set from /proc every second, its
-//    live heap after each full collection and its committed heap after every collection (node
-//    --trace-gc).
+//    serve's event loop was held come from its /metrics, scraped before and after; its resident
+//    set from /proc every second, its live heap after each full collection and its committed heap
+//    after every collection (node --trace-gc).
 // 3. serve stopped (what it still runs in PostgreSQL cancelled), each CLI read --cli-runs times,
 //    from spawn to exit. `retry --key K --dead` on keys with no dead job reads what a retry reads
 //    and writes nothing.
