@@ -172,7 +172,7 @@ export const timedCli = (args: readonly string[], databaseUrl: string, timeoutMs
 export const series = (text: string, name: string, labels: Record<string, string> = {}): number | undefined => {
   const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
   for (const line of text.split('\n')) {
-    const m = /^([a-z_]+)(?:\{([^}]*)\})? (\S+)$/.exec(line);
+    const m = /^([a-z_0-9]+)(?:\{([^}]*)\})? (\S+)$/.exec(line);
     if (!m || m[1] !== name) continue;
     const have = m[2] ? m[2].split(',') : [];
     if (have.length === wanted.length && wanted.every((w) => have.includes(w))) return Number(m[3]);
