@@ -10,7 +10,7 @@ export interface EventLoopHolds {
  * How long this process's event loop was held: a timer every `sampleMs` records how late each of
  * its turns came (a turn held up by a request or a tick that ran long). perf_hooks'
  * monitorEventLoopDelay measures the same natively, but its reset() drops the interval after it,
- * so a hold that began just after a scrape went unseen (tried: a 200 ms block, read as 1 ms).
+ * so a hold that began just after a scrape went unseen (tried: a 200 ms block, read as 5 ms).
  */
 export const watchEventLoop = (sampleMs: number): EventLoopHolds => {
   const holds = createHistogram();
